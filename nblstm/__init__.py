@@ -1,0 +1,35 @@
+"""nblstm: TensorFlow's fused LSTM kernels, exact, compiled with Numba for CPUs and NVIDIA GPUs.
+
+The functional API (:func:`block_lstm`, :func:`block_lstm_grad`,
+:func:`lstm_block_cell`, :func:`lstm_block_cell_grad`) runs NumPy arrays on
+the CPU and GPU arrays on the GPU; :mod:`nblstm.raw_ops` has the same ops
+with TensorFlow's exact signatures. Importing nblstm compiles nothing and
+needs no CUDA driver.
+"""
+
+from . import raw_ops
+from .ops import (
+    BlockLSTMGradOutput,
+    BlockLSTMOutput,
+    LSTMBlockCellGradOutput,
+    LSTMBlockCellOutput,
+    block_lstm,
+    block_lstm_grad,
+    lstm_block_cell,
+    lstm_block_cell_grad,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BlockLSTMGradOutput",
+    "BlockLSTMOutput",
+    "LSTMBlockCellGradOutput",
+    "LSTMBlockCellOutput",
+    "block_lstm",
+    "block_lstm_grad",
+    "lstm_block_cell",
+    "lstm_block_cell_grad",
+    "raw_ops",
+    "__version__",
+]

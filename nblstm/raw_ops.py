@@ -1,0 +1,194 @@
+"""TensorFlow's fused LSTM ops with TensorFlow's exact signatures.
+
+Code written against ``tf.raw_ops`` ports by changing the import::
+
+    from nblstm import raw_ops
+    out = raw_ops.BlockLSTMV2(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w,
+                              wci=wci, wcf=wcf, wco=wco, b=b)
+
+Arguments have TensorFlow's names, order and defaults (they may be passed by
+keyword, as ``tf.raw_ops`` requires, or by position); results are named
+tuples whose fields are TensorFlow's output names. ``name`` is accepted and
+ignored. Each op is a thin wrapper over the functions of :mod:`nblstm.ops`:
+
+- ``BlockLSTM``, ``BlockLSTMGrad``, ``LSTMBlockCell``, ``LSTMBlockCellGrad``
+  use the ICFO gate layout; ``BlockLSTMV2`` and ``BlockLSTMGradV2`` use IFCO.
+- ``BlockLSTMV2`` has no ``forget_bias`` (it is 0).
+- ``cell_clip <= 0`` turns clipping off, as in TensorFlow.
+
+Differences from TensorFlow (deliberate): outputs past ``seq_len_max`` are
+all zero (TensorFlow leaves five of them uninitialised); a bad argument
+raises ``ValueError``/``TypeError`` instead of aborting the process; float64
+is supported.
+"""
+
+from . import ops
+
+__all__ = ["BlockLSTM", "BlockLSTMV2", "BlockLSTMGrad", "BlockLSTMGradV2", "LSTMBlockCell", "LSTMBlockCellGrad"]
+
+
+def BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_clip=3.0,
+              use_peephole=False, name=None):
+    """TensorFlow's BlockLSTM: whole-sequence forward, ICFO gate layout.
+
+    Parameters
+    ----------
+    seq_len_max : int
+        Steps to compute, ``0 <= seq_len_max <= T``.
+    x : [T, B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+        ICFO columns.
+    wci, wcf, wco : [H] arrays
+        Peephole weights (read only when ``use_peephole``).
+    b : [4H] array
+    forget_bias : float, default 1.0
+    cell_clip : float, default 3.0
+        ``<= 0`` turns clipping off.
+    use_peephole : bool, default False
+    name : str, optional
+        Ignored.
+
+    Returns
+    -------
+    BlockLSTMOutput
+        ``(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``.
+    """
+    return ops.block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max=seq_len_max,
+                          forget_bias=forget_bias, cell_clip=cell_clip, use_peephole=use_peephole, layout="icfo")
+
+
+def BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip=0.0, use_peephole=False, name=None):
+    """TensorFlow's BlockLSTMV2: whole-sequence forward, IFCO gate layout, no forget bias.
+
+    Parameters
+    ----------
+    seq_len_max : int
+    x : [T, B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+        IFCO columns.
+    wci, wcf, wco : [H] arrays
+    b : [4H] array
+    cell_clip : float, default 0.0 (off)
+    use_peephole : bool, default False
+    name : str, optional
+        Ignored.
+
+    Returns
+    -------
+    BlockLSTMOutput
+        ``(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``.
+    """
+    return ops.block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max=seq_len_max, forget_bias=0.0,
+                          cell_clip=cell_clip, use_peephole=use_peephole, layout="ifco")
+
+
+def _block_lstm_grad(layout, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
+                     h_grad, use_peephole):
+    # b is not used by the gradient, but TensorFlow checks it: so do we.
+    ops._check_core(x, cs_prev, h_prev, w, b, {"wci": wci, "wcf": wcf, "wco": wco})
+    return ops.block_lstm_grad(x, cs_prev, h_prev, w, (i, cs, f, o, ci, co, h), cs_grad, h_grad, wci, wcf, wco,
+                               seq_len_max=seq_len_max, use_peephole=use_peephole, layout=layout)
+
+
+def BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad, h_grad,
+                  use_peephole, name=None):
+    """TensorFlow's BlockLSTMGrad: whole-sequence backward, ICFO gate layout.
+
+    Parameters
+    ----------
+    seq_len_max : int
+    x : [T, B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+    wci, wcf, wco : [H] arrays
+    b : [4H] array
+        Checked, not used.
+    i, cs, f, o, ci, co, h : [T, B, H] arrays
+        Forward outputs (trusted).
+    cs_grad, h_grad : [T, B, H] arrays
+    use_peephole : bool
+    name : str, optional
+        Ignored.
+
+    Returns
+    -------
+    BlockLSTMGradOutput
+        ``(x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)``.
+    """
+    return _block_lstm_grad("icfo", seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
+                            cs_grad, h_grad, use_peephole)
+
+
+def BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad, h_grad,
+                    use_peephole, name=None):
+    """TensorFlow's BlockLSTMGradV2: whole-sequence backward, IFCO gate layout.
+
+    Same parameters and results as :func:`BlockLSTMGrad`. Unlike
+    TensorFlow's autodiff through BlockLSTMV2 (which calls the ICFO gradient
+    on IFCO weights), this is the correct gradient of :func:`BlockLSTMV2`.
+    """
+    return _block_lstm_grad("ifco", seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
+                            cs_grad, h_grad, use_peephole)
+
+
+def LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_clip=3.0, use_peephole=False,
+                  name=None):
+    """TensorFlow's LSTMBlockCell: one step, ICFO gate layout.
+
+    Parameters
+    ----------
+    x : [B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+    wci, wcf, wco : [H] arrays
+    b : [4H] array
+    forget_bias : float, default 1.0
+    cell_clip : float, default 3.0
+    use_peephole : bool, default False
+    name : str, optional
+        Ignored.
+
+    Returns
+    -------
+    LSTMBlockCellOutput
+        ``(i, cs, f, o, ci, co, h)``, each ``[B, H]``.
+    """
+    return ops.lstm_block_cell(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias=forget_bias,
+                               cell_clip=cell_clip, use_peephole=use_peephole, layout="icfo")
+
+
+def LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad, h_grad, use_peephole,
+                      name=None):
+    """TensorFlow's LSTMBlockCellGrad: the elementwise gradient of one step, ICFO layout.
+
+    Parameters
+    ----------
+    x : [B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+    wci, wcf, wco : [H] arrays
+    b : [4H] array
+        Checked, not used.
+    i, cs, f, o, ci, co : [B, H] arrays
+        The step's forward outputs.
+    cs_grad, h_grad : [B, H] arrays
+        Total gradients of the step's ``cs`` and ``h``.
+    use_peephole : bool
+    name : str, optional
+        Ignored.
+
+    Returns
+    -------
+    LSTMBlockCellGradOutput
+        ``(cs_prev_grad [B, H], dicfo [B, 4H], wci_grad, wcf_grad, wco_grad [H])``.
+
+    Notes
+    -----
+    TensorFlow's GPU kernel adds the peephole term to ``cs_prev_grad`` twice
+    (TensorFlow issue 34171); this follows the CPU kernel, which is right.
+    """
+    ops._check_core(x, cs_prev, h_prev, w, b, {"wci": wci, "wcf": wcf, "wco": wco}, x_rank=2)
+    return ops.lstm_block_cell_grad(x, cs_prev, h_prev, w, (i, cs, f, o, ci, co), cs_grad, h_grad, wci, wcf, wco,
+                                    use_peephole=use_peephole, layout="icfo")
