@@ -14,9 +14,15 @@ the number 1 of the compute type, and derives what it needs from it.
 The equations are those of the TensorFlow fused ops (``SPEC.md`` sections 3
 and 5); backward derivatives are written from the saved forward outputs
 (``d sigmoid = y (1 - y)``, ``d tanh = 1 - y**2``).
+
+``math.exp``/``math.tanh`` rather than ``np.exp``/``np.tanh``: numba's CUDA
+target has no ``np.exp`` for scalars in device code, while the ``math``
+functions compile on both targets (to ``expf``/``tanhf`` for float32 on the
+CPU, to libdevice on the GPU) with the type of their argument.
 """
 
-import numpy as np
+import math
+
 from numba import njit
 
 #: Gate layouts: the position (0..3) of each gate's block in the 4H columns.
@@ -30,7 +36,7 @@ GATE_BLOCKS = {
 @njit(cache=True)
 def sigmoid(x, one):
     """Logistic function ``1 / (1 + exp(-x))`` in the type of ``x``."""
-    return one / (one + np.exp(-x))
+    return one / (one + math.exp(-x))
 
 
 @njit(cache=True)
@@ -75,10 +81,10 @@ def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_cl
         a_i = a_i + wci * c_prev
         a_f = a_f + wcf * c_prev
     i = sigmoid(a_i, one)
-    ci = np.tanh(a_c)
+    ci = math.tanh(a_c)
     f = sigmoid(a_f + forget_bias, one)
     cs = clip_cell(i * ci + f * c_prev, cell_clip)
-    co = np.tanh(cs)
+    co = math.tanh(cs)
     if use_peephole:
         a_o = a_o + wco * cs
     o = sigmoid(a_o, one)
