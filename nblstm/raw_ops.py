@@ -23,8 +23,15 @@ is supported.
 """
 
 from . import ops
+from ._validate import describe_array
 
 __all__ = ["BlockLSTM", "BlockLSTMV2", "BlockLSTMGrad", "BlockLSTMGradV2", "LSTMBlockCell", "LSTMBlockCellGrad"]
+
+
+def _required(**arrays):
+    """TensorFlow's ops take every array; ``None`` is not an array."""
+    for name, value in arrays.items():
+        describe_array(name, value)
 
 
 def BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_clip=3.0,
@@ -54,6 +61,7 @@ def BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=
     BlockLSTMOutput
         ``(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``.
     """
+    _required(wci=wci, wcf=wcf, wco=wco)
     return ops.block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max=seq_len_max,
                           forget_bias=forget_bias, cell_clip=cell_clip, use_peephole=use_peephole, layout="icfo")
 
@@ -80,6 +88,7 @@ def BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip=
     BlockLSTMOutput
         ``(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``.
     """
+    _required(wci=wci, wcf=wcf, wco=wco)
     return ops.block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max=seq_len_max, forget_bias=0.0,
                           cell_clip=cell_clip, use_peephole=use_peephole, layout="ifco")
 
@@ -155,6 +164,7 @@ def LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell
     LSTMBlockCellOutput
         ``(i, cs, f, o, ci, co, h)``, each ``[B, H]``.
     """
+    _required(wci=wci, wcf=wcf, wco=wco)
     return ops.lstm_block_cell(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias=forget_bias,
                                cell_clip=cell_clip, use_peephole=use_peephole, layout="icfo")
 

@@ -1,0 +1,38 @@
+"""Shared test helpers: random LSTM problems and tolerances."""
+
+import numpy as np
+
+#: (rtol, atol) for forward outputs and for gradients, per dtype (SPEC section 8).
+FORWARD_TOL = {np.float64: (1e-10, 1e-12), np.float32: (1e-6, 1e-6), np.float16: (8e-3, 8e-4)}
+GRAD_TOL = {np.float64: (1e-9, 1e-11), np.float32: (1e-5, 1e-5), np.float16: (1e-2, 1e-2)}
+
+OUTPUT_NAMES = ("i", "cs", "f", "o", "ci", "co", "h")
+GRAD_NAMES = ("x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "wcf_grad", "wco_grad", "b_grad")
+
+
+def make_problem(rng, steps, batch, inputs, units, dtype=np.float64, scale=1.0):
+    """Random inputs and weights, scaled so gate pre-activations are of order one.
+
+    Returns
+    -------
+    dict
+        ``x [T, B, I], cs_prev, h_prev [B, H], w [I + H, 4H], b [4H], wci, wcf, wco [H]``.
+    """
+    fan = max(inputs + units, 1)
+    p = {
+        "x": rng.standard_normal((steps, batch, inputs)),
+        "cs_prev": rng.standard_normal((batch, units)),
+        "h_prev": rng.uniform(-1, 1, (batch, units)),
+        "w": rng.standard_normal((inputs + units, 4 * units)) * scale / np.sqrt(fan),
+        "b": rng.standard_normal(4 * units) * 0.5,
+        "wci": rng.standard_normal(units) * 0.5,
+        "wcf": rng.standard_normal(units) * 0.5,
+        "wco": rng.standard_normal(units) * 0.5,
+    }
+    return {k: v.astype(dtype) for k, v in p.items()}
+
+
+def assert_close(actual, expected, dtype, tol=FORWARD_TOL, name=""):
+    """``assert_allclose`` with the dtype's tolerance; ``expected`` is float64."""
+    rtol, atol = tol[np.dtype(dtype).type]
+    np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=rtol, atol=atol, err_msg=name)
