@@ -23,7 +23,9 @@ CPU, to libdevice on the GPU) with the type of their argument.
 
 import math
 
-from numba import njit
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
 
 #: Gate layouts: the position (0..3) of each gate's block in the 4H columns.
 #: Index order of the tuples is ``(i, ci, f, o)``.
@@ -33,13 +35,70 @@ GATE_BLOCKS = {
 }
 
 
-@njit(cache=True)
+# Rational approximation of tanh for float32: tanh(x) ~ x P(x^2) / Q(x^2) on
+# |x| <= _TANH_BOUND, fitted for this project (weighted least squares, then
+# Lawson iterations on the maximum error). Evaluated in float32 its error is
+# at most 3.2e-7 absolute and relative over the whole real line, within
+# TensorFlow's float32 tolerance (1e-6), and, unlike libm's tanhf, it is
+# plain arithmetic that LLVM vectorizes. Q has no real root (Q >= 1).
+_TANH_BOUND = np.float32(7.90531110763549805)
+_TANH_P = tuple(np.float32(c) for c in (
+    0.9999999403953552, 0.12978173792362213, 0.0029849179554730654, 9.874182069324888e-06,
+    -1.4709983453542463e-08, 2.3587359496146654e-11))
+_TANH_Q = tuple(np.float32(c) for c in (1.0, 0.46311476826667786, 0.02402355521917343, 0.00023709938977845013))
+_HALF32 = np.float32(0.5)
+
+
+def tanh(x):
+    """``tanh(x)`` in the type of ``x``: libm/libdevice for float64, a vectorizable
+    rational approximation (max error 3.2e-7) for float32. NaN stays NaN."""
+    return math.tanh(x)
+
+
+def _tanh_float32(x):
+    # Comparisons (not min/max) so that NaN propagates.
+    if x > _TANH_BOUND:
+        x = _TANH_BOUND
+    elif x < -_TANH_BOUND:
+        x = -_TANH_BOUND
+    s = x * x
+    p = _TANH_P[5]
+    p = p * s + _TANH_P[4]
+    p = p * s + _TANH_P[3]
+    p = p * s + _TANH_P[2]
+    p = p * s + _TANH_P[1]
+    p = p * s + _TANH_P[0]
+    q = _TANH_Q[3]
+    q = q * s + _TANH_Q[2]
+    q = q * s + _TANH_Q[1]
+    q = q * s + _TANH_Q[0]
+    return x * p / q
+
+
+@overload(tanh)
+def _tanh_overload(x):
+    if x == types.float32:
+        return _tanh_float32
+    return lambda x: math.tanh(x)
+
+
 def sigmoid(x, one):
-    """Logistic function ``1 / (1 + exp(-x))`` in the type of ``x``."""
+    """Logistic function ``1 / (1 + exp(-x))`` in the type of ``x``.
+
+    float32 uses ``0.5 + 0.5 tanh(x / 2)`` with the rational tanh (absolute
+    error below 1.6e-7); float64 uses ``exp``.
+    """
     return one / (one + math.exp(-x))
 
 
-@njit(cache=True)
+@overload(sigmoid)
+def _sigmoid_overload(x, one):
+    if x == types.float32:
+        return lambda x, one: _HALF32 + _HALF32 * tanh(_HALF32 * x)
+    return lambda x, one: one / (one + math.exp(-x))
+
+
+@njit(inline="always")
 def clip_cell(cs, cell_clip):
     """Clip ``cs`` to ``[-cell_clip, cell_clip]``; no clipping when ``cell_clip <= 0``."""
     if cell_clip > 0:
@@ -50,7 +109,7 @@ def clip_cell(cs, cell_clip):
     return cs
 
 
-@njit(cache=True)
+@njit(inline="always")
 def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, use_peephole, one):
     """Forward of one hidden unit for one step.
 
@@ -81,17 +140,17 @@ def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_cl
         a_i = a_i + wci * c_prev
         a_f = a_f + wcf * c_prev
     i = sigmoid(a_i, one)
-    ci = math.tanh(a_c)
+    ci = tanh(a_c)
     f = sigmoid(a_f + forget_bias, one)
     cs = clip_cell(i * ci + f * c_prev, cell_clip)
-    co = math.tanh(cs)
+    co = tanh(cs)
     if use_peephole:
         a_o = a_o + wco * cs
     o = sigmoid(a_o, one)
     return i, ci, f, o, cs, co, o * co
 
 
-@njit(cache=True)
+@njit(inline="always")
 def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole, one):
     """Backward of one hidden unit for one step, from the saved forward outputs.
 
@@ -132,3 +191,213 @@ def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peep
     if use_peephole:
         dc_prev = dc_prev + di * wci + df * wcf
     return di, dci, df, do, dc_prev
+
+
+# ---------------------------------------------------------------------------
+# TF1 LSTMCell maths (SPEC.md section 6): a choice of activation, clipping by
+# value with its true gradient, and the unit's forward/backward with the
+# state carried as the clipped cell. The fused-op functions above are left
+# as they are; these are used by nblstm.cpu_cell (and any CUDA cell kernel).
+# ---------------------------------------------------------------------------
+
+#: Integer codes of the activations a cell may use for ``j`` and ``act(c)``.
+#: Kernels take the code as an argument, so one compiled kernel serves all.
+ACTIVATIONS = {
+    "tanh": 0,
+    "relu": 1,
+    "sigmoid": 2,
+    "elu": 3,
+    "softsign": 4,
+    "softplus": 5,
+    "selu": 6,
+    "linear": 7,
+}
+
+# SELU's constants (Klambauer et al., 2017), as in Keras.
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def cast_like(value, like):
+    """``value`` converted to the type of the scalar ``like``.
+
+    In jitted code this is a compile-time cast (see the overload below), so a
+    float64 literal never promotes float32 arithmetic.
+    """
+    return type(like)(value)
+
+
+@overload(cast_like)
+def _cast_like_impl(value, like):
+    target = like
+
+    def impl(value, like):
+        return target(value)
+
+    return impl
+
+
+@njit(cache=True)
+def activation(code, x, one):
+    """The activation ``code`` (:data:`ACTIVATIONS`) of ``x``, Keras' definitions (ELU's alpha is 1)."""
+    zero = one - one
+    if code == 0:
+        return math.tanh(x)
+    if code == 1:
+        return x if x > zero else zero
+    if code == 2:
+        return sigmoid(x, one)
+    if code == 3:
+        return x if x > zero else math.expm1(x)
+    if code == 4:
+        return x / (one + abs(x))
+    if code == 5:
+        # log(1 + exp(x)) without overflow for large x.
+        if x > zero:
+            return x + math.log1p(math.exp(-x))
+        return math.log1p(math.exp(x))
+    if code == 6:
+        scale = cast_like(SELU_SCALE, one)
+        if x > zero:
+            return scale * x
+        return scale * cast_like(SELU_ALPHA, one) * math.expm1(x)
+    return x
+
+
+@njit(cache=True)
+def activation_grad(code, y, one):
+    """Derivative of the activation ``code`` at the input whose output is ``y``.
+
+    Every supported activation's derivative is a function of its output, so
+    the kernels save outputs only. At the kinks (relu, elu, selu at 0) the
+    derivative of the left side is used, as TensorFlow's gradients do.
+    """
+    zero = one - one
+    if code == 0:
+        return one - y * y
+    if code == 1:
+        return one if y > zero else zero
+    if code == 2:
+        return y * (one - y)
+    if code == 3:
+        return one if y > zero else y + one
+    if code == 4:
+        s = one - abs(y)
+        return s * s
+    if code == 5:
+        # sigmoid(x) = 1 - exp(-softplus(x))
+        return -math.expm1(-y)
+    if code == 6:
+        scale = cast_like(SELU_SCALE, one)
+        if y > zero:
+            return scale
+        return y + scale * cast_like(SELU_ALPHA, one)
+    return one
+
+
+@njit(cache=True)
+def clip_value(x, bound, active):
+    """``clip_by_value(x, -bound, bound)`` when ``active`` (``bound >= 0``; 0 clips to 0), else ``x``."""
+    if active:
+        if x > bound:
+            return bound
+        if x < -bound:
+            return -bound
+    return x
+
+
+@njit(cache=True)
+def clip_value_grad(x, bound, active, one):
+    """Gradient of :func:`clip_value` at ``x``: 0 where ``x`` was clipped, 1 elsewhere (bounds included)."""
+    if active and (x > bound or x < -bound):
+        return one - one
+    return one
+
+
+@njit(cache=True)
+def cell_forward_unit(a_i, a_j, a_f, a_o, c_prev, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
+                      use_peepholes, one):
+    """Forward of one hidden unit of TF1 ``LSTMCell`` for one step (before the projection).
+
+    Parameters
+    ----------
+    a_i, a_j, a_f, a_o : scalar
+        The unit's entries of ``[inputs, m_prev] @ kernel + bias`` (ICFO blocks).
+    c_prev : scalar
+        The unit's previous cell state.
+    w_i, w_f, w_o : scalar
+        Peephole weights ``w_i_diag, w_f_diag, w_o_diag``; read only with ``use_peepholes``.
+    forget_bias : scalar
+    cell_clip : scalar
+        Clip bound, ``>= 0``; used only when ``clip_on``.
+    clip_on : bool
+    act : int
+        Activation code (:data:`ACTIVATIONS`) for ``j`` and the cell output.
+    use_peepholes : bool
+    one : scalar
+        The number 1 in the compute type.
+
+    Returns
+    -------
+    tuple
+        ``(i, j, f, o, c_raw, c, ac, r)``: gates after their nonlinearity
+        (``j`` after ``act``), the cell before and after clipping, ``act(c)``
+        and the unit's output before the projection ``r = o * act(c)``.
+    """
+    if use_peepholes:
+        a_i = a_i + w_i * c_prev
+        a_f = a_f + w_f * c_prev
+    i = sigmoid(a_i, one)
+    j = activation(act, a_j, one)
+    f = sigmoid(a_f + forget_bias, one)
+    c_raw = f * c_prev + i * j
+    c = clip_value(c_raw, cell_clip, clip_on)
+    if use_peepholes:
+        a_o = a_o + w_o * c
+    o = sigmoid(a_o, one)
+    ac = activation(act, c, one)
+    return i, j, f, o, c_raw, c, ac, o * ac
+
+
+@njit(cache=True)
+def cell_backward_unit(dr, dc_next, i, j, f, o, c_raw, ac, c_prev, w_i, w_f, w_o, cell_clip, clip_on, act,
+                       use_peepholes, one):
+    """Backward of one hidden unit of TF1 ``LSTMCell`` for one step, from the saved forward values.
+
+    Unlike the fused ops, clipping of the cell has its true gradient: zero
+    where the cell was clipped.
+
+    Parameters
+    ----------
+    dr : scalar
+        Gradient of the unit's output before the projection, ``r = o * act(c)``.
+    dc_next : scalar
+        Gradient of the step's (clipped) cell state from later steps.
+    i, j, f, o, c_raw, ac : scalar
+        Saved forward values (:func:`cell_forward_unit`).
+    c_prev : scalar
+    w_i, w_f, w_o : scalar
+    cell_clip : scalar
+    clip_on : bool
+    act : int
+    use_peepholes : bool
+    one : scalar
+
+    Returns
+    -------
+    tuple
+        ``(di, dj, df, do, dc_prev)``: gradients of the four gate
+        pre-activations and of the previous cell state.
+    """
+    do = dr * ac * o * (one - o)
+    dc = dc_next + dr * o * activation_grad(act, ac, one)
+    if use_peepholes:
+        dc = dc + do * w_o
+    dc = dc * clip_value_grad(c_raw, cell_clip, clip_on, one)
+    dj = dc * i * activation_grad(act, j, one)
+    di = dc * j * i * (one - i)
+    df = dc * c_prev * f * (one - f)
+    dc_prev = dc * f
+    if use_peepholes:
+        dc_prev = dc_prev + di * w_i + df * w_f
+    return di, dj, df, do, dc_prev

@@ -1,0 +1,984 @@
+"""TensorFlow's TF1 ``LSTMCell`` API (``tf.compat.v1.nn.rnn_cell.LSTMCell``) over fused kernels.
+
+:class:`LSTMCell` keeps TensorFlow's constructor, variable names, shapes and
+initial values, and its maths exactly (SPEC.md section 6): peepholes,
+``cell_clip`` (``0.0`` clips the cell to zero), a projection with
+``proj_clip``, any Keras activation by name, ``state_is_tuple``. On top of
+the one-step call it runs whole sequences in fused kernels
+(:mod:`nblstm.cpu_cell`: no Python loop over time) with ``dynamic_rnn``
+semantics for per-example lengths, and gives their exact gradients
+(:meth:`LSTMCell.vjp`), with the true gradient of the clipping.
+
+Arrays follow the cell's names: ``c`` the cell state ``[B, H]``, ``h``
+(TensorFlow's ``m``) the output state ``[B, P]``, ``P = num_proj or H``.
+"""
+
+import json
+import numbers
+import os
+import warnings
+from collections import namedtuple
+
+import numpy as np
+
+from . import _validate as v
+from . import convert
+from .spec import ACTIVATIONS, SELU_ALPHA, SELU_SCALE
+
+__all__ = ["LSTMCell", "LSTMStateTuple", "Activation", "ACTIVATION_NAMES"]
+
+LSTMStateTuple = namedtuple("LSTMStateTuple", ["c", "h"])
+LSTMStateTuple.__doc__ = """State of an :class:`LSTMCell`: ``c [B, H]`` (cell) and ``h [B, P]`` (output), in that order.
+
+Keras orders the same state ``[h, c]`` and PyTorch ``(h0, c0)``.
+"""
+
+#: Activation names accepted by :class:`LSTMCell` (Keras names).
+ACTIVATION_NAMES = tuple(ACTIVATIONS)
+
+_WEIGHT_ORDER = ("kernel", "bias", "w_f_diag", "w_i_diag", "w_o_diag", "projection/kernel")
+_ALLOWED_KWARGS = ("trainable",)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+_NUMPY_ACTIVATIONS = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": _sigmoid,
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+    "softsign": lambda x: x / (1 + np.abs(x)),
+    "softplus": lambda x: np.logaddexp(0, x),
+    "selu": lambda x: SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * np.expm1(np.minimum(x, 0))),
+    "linear": lambda x: x,
+}
+
+
+class Activation:
+    """An activation the kernels know, by its Keras name.
+
+    Calling it applies it to a NumPy array (for reference and plots); the
+    kernels use its integer :attr:`code`.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`ACTIVATION_NAMES`.
+
+    Examples
+    --------
+    >>> Activation("relu")(np.array([-1.0, 2.0]))
+    array([0., 2.])
+    """
+
+    __slots__ = ("name", "code")
+
+    def __init__(self, name):
+        key = str(name).lower()
+        if key not in ACTIVATIONS:
+            raise ValueError(f"activation {name!r} is not supported; expected one of {ACTIVATION_NAMES}")
+        self.name = key
+        self.code = ACTIVATIONS[key]
+
+    def __call__(self, x):
+        return _NUMPY_ACTIVATIONS[self.name](np.asarray(x))
+
+    def __repr__(self):
+        return f"Activation({self.name!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Activation) and other.name == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+def _activation(value):
+    """An :class:`Activation` from ``None`` (tanh), a name, an Activation or a function with a known name."""
+    if value is None:
+        return Activation("tanh")
+    if isinstance(value, Activation):
+        return value
+    if isinstance(value, str):
+        return Activation(value)
+    name = getattr(value, "__name__", None)
+    if callable(value) and isinstance(name, str) and name.lower() in ACTIVATIONS:
+        return Activation(name)
+    raise ValueError(f"activation {value!r} is not supported: pass one of the names {ACTIVATION_NAMES} "
+                     "or an nblstm.cell.Activation")
+
+
+# ---------------------------------------------------------------------------
+# Initializers: callables (shape, dtype, rng) -> array, Keras' definitions.
+# ---------------------------------------------------------------------------
+
+
+def _fans(shape):
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    return shape[0], shape[1]
+
+
+def _glorot_uniform(shape, dtype, rng):
+    fan_in, fan_out = _fans(shape)
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, shape).astype(dtype)
+
+
+def _glorot_normal(shape, dtype, rng):
+    fan_in, fan_out = _fans(shape)
+    return _truncated(rng, np.sqrt(2.0 / (fan_in + fan_out)), shape).astype(dtype)
+
+
+def _lecun_uniform(shape, dtype, rng):
+    limit = np.sqrt(3.0 / _fans(shape)[0])
+    return rng.uniform(-limit, limit, shape).astype(dtype)
+
+
+def _he_uniform(shape, dtype, rng):
+    limit = np.sqrt(6.0 / _fans(shape)[0])
+    return rng.uniform(-limit, limit, shape).astype(dtype)
+
+
+def _he_normal(shape, dtype, rng):
+    return _truncated(rng, np.sqrt(2.0 / _fans(shape)[0]), shape).astype(dtype)
+
+
+def _truncated(rng, std, shape):
+    """Normal samples redrawn beyond two standard deviations, scaled so the result has ``std``."""
+    # 0.8796... is the std of a unit normal truncated to [-2, 2] (Keras' correction).
+    scale = std / 0.87962566103423978
+    out = rng.standard_normal(shape)
+    bad = np.abs(out) > 2
+    while bad.any():
+        out[bad] = rng.standard_normal(int(bad.sum()))
+        bad = np.abs(out) > 2
+    return out * scale
+
+
+def _orthogonal(shape, dtype, rng):
+    if len(shape) < 2:
+        raise ValueError(f"the 'orthogonal' initializer needs a matrix; the variable has shape {shape} "
+                         "(peephole weights are vectors: pass another initializer with use_peepholes=True)")
+    rows, cols = shape
+    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = np.linalg.qr(a)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return q.astype(dtype)
+
+
+_INITIALIZERS = {
+    "glorot_uniform": _glorot_uniform,
+    "glorot_normal": _glorot_normal,
+    "lecun_uniform": _lecun_uniform,
+    "he_uniform": _he_uniform,
+    "he_normal": _he_normal,
+    "orthogonal": _orthogonal,
+    "uniform": lambda shape, dtype, rng: rng.uniform(-0.05, 0.05, shape).astype(dtype),
+    "random_uniform": lambda shape, dtype, rng: rng.uniform(-0.05, 0.05, shape).astype(dtype),
+    "normal": lambda shape, dtype, rng: (0.05 * rng.standard_normal(shape)).astype(dtype),
+    "random_normal": lambda shape, dtype, rng: (0.05 * rng.standard_normal(shape)).astype(dtype),
+    "truncated_normal": lambda shape, dtype, rng: _truncated(rng, 0.05, shape).astype(dtype),
+    "zeros": lambda shape, dtype, rng: np.zeros(shape, dtype),
+    "ones": lambda shape, dtype, rng: np.ones(shape, dtype),
+}
+
+#: Initializer names accepted by :class:`LSTMCell`.
+INITIALIZER_NAMES = tuple(_INITIALIZERS)
+
+
+def _initializer(value):
+    if value is None:
+        return "glorot_uniform", _INITIALIZERS["glorot_uniform"]
+    if isinstance(value, str):
+        key = value.lower()
+        if key not in _INITIALIZERS:
+            raise ValueError(f"initializer {value!r} is not supported; expected one of {INITIALIZER_NAMES} "
+                             "or a callable (shape, dtype, rng) -> array")
+        return key, _INITIALIZERS[key]
+    if callable(value):
+        return None, value
+    raise TypeError(f"initializer must be a name or a callable (shape, dtype, rng) -> array, "
+                    f"got {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+# ---------------------------------------------------------------------------
+
+
+def _positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive int{' or None' if allow_none else ''}, "
+                        f"got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return int(value)
+
+
+def _clip_bound(name, value):
+    if value is None:
+        return None
+    value = v.check_real(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 or None, got {value}")
+    return value
+
+
+def _dtype(name, value, allow_none=True):
+    if value is None and allow_none:
+        return None
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"{name} must be float16, float32 or float64, got {value!r}") from None
+    if dt not in v.SUPPORTED_DTYPES:
+        raise TypeError(f"{name} must be float16, float32 or float64, got {dt}")
+    return dt
+
+
+def _compute_dtype(dtype):
+    """numba's CPU target has no float16: float16 is computed in float32."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _batch_size(value, name="batch_size"):
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, got bool")
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and float(value).is_integer():
+        value = int(value)  # TensorFlow accepts a float batch size
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+class _Device:
+    """Moves arrays between the GPU and the host (numba.cuda imported only when GPU arrays are seen)."""
+
+    @staticmethod
+    def to_host(value):
+        if hasattr(value, "copy_to_host"):
+            return value.copy_to_host()
+        from numba import cuda
+
+        return cuda.as_cuda_array(value).copy_to_host()
+
+    @staticmethod
+    def to_device(value):
+        from numba import cuda
+
+        return cuda.to_device(np.ascontiguousarray(value))
+
+
+class LSTMCell:
+    """Long short-term memory cell of TensorFlow 1 (``tf.compat.v1.nn.rnn_cell.LSTMCell``), compiled.
+
+    Parameters
+    ----------
+    num_units : int
+        ``H``, the number of units of the cell.
+    use_peepholes : bool, default False
+        Diagonal peephole connections (``w_i_diag, w_f_diag, w_o_diag``).
+    cell_clip : float, optional
+        Clip the cell state to ``[-cell_clip, cell_clip]`` before its
+        activation (``0.0`` clips it to zero, as in TensorFlow).
+    initializer : str or callable, optional
+        Initializer of ``kernel``, the peepholes and the projection: a name
+        (:data:`INITIALIZER_NAMES`, default ``"glorot_uniform"``) or a
+        callable ``(shape, dtype, rng) -> array``. ``bias`` starts at zero.
+    num_proj : int, optional
+        ``P``: project the output ``o * act(c)`` to ``P`` columns.
+    proj_clip : float, optional
+        With ``num_proj``: clip the projected output to ``[-proj_clip, proj_clip]``.
+    num_unit_shards, num_proj_shards : int, optional
+        Deprecated in TensorFlow (variable partitioning); accepted with a
+        ``DeprecationWarning`` and ignored.
+    forget_bias : float, default 1.0
+        Added to the forget gate's pre-activation (inside the sigmoid).
+    state_is_tuple : bool, default True
+        State as :class:`LSTMStateTuple` ``(c, h)``; ``False``: one array
+        ``[B, H + P]``, ``c`` then ``h``.
+    activation : str or Activation, optional
+        Activation of ``j`` and of the cell output (default tanh); a Keras
+        name (:data:`ACTIVATION_NAMES`). Gates always use sigmoid.
+    reuse : bool, optional
+        Accepted for compatibility; a cell owns its variables.
+    name : str, optional
+    dtype : float16, float32 or float64, optional
+        Dtype of the variables; ``None`` takes the dtype of the first inputs.
+        float16 is computed in float32 and rounded to float16.
+    seed : int, optional
+        Seed of the initializer's random numbers (reproducible weights).
+    **kwargs
+        ``trainable`` only; anything else is a ``TypeError``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument of the wrong type or value, naming it.
+
+    Examples
+    --------
+    >>> import numpy as np, nblstm
+    >>> cell = nblstm.LSTMCell(4, num_proj=3, seed=0)
+    >>> x = np.ones((6, 2, 5), np.float32)                 # [T, B, I]
+    >>> outputs, state = cell.run(x, sequence_length=[6, 2])
+    >>> outputs.shape, state.c.shape, state.h.shape
+    ((6, 2, 3), (2, 4), (2, 3))
+    >>> bool((outputs[2:, 1] == 0).all())
+    True
+    """
+
+    def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None, num_proj=None,
+                 proj_clip=None, num_unit_shards=None, num_proj_shards=None, forget_bias=1.0, state_is_tuple=True,
+                 activation=None, reuse=None, name=None, dtype=None, seed=None, **kwargs):
+        unknown = sorted(set(kwargs) - set(_ALLOWED_KWARGS))
+        if unknown:
+            raise TypeError(f"LSTMCell got unexpected keyword arguments: {', '.join(unknown)}")
+        self.num_units = _positive_int("num_units", num_units)
+        self.use_peepholes = v.check_bool("use_peepholes", use_peepholes)
+        self.cell_clip = _clip_bound("cell_clip", cell_clip)
+        self.initializer_name, self._initializer = _initializer(initializer)
+        self.num_proj = _positive_int("num_proj", num_proj, allow_none=True)
+        self.proj_clip = _clip_bound("proj_clip", proj_clip)
+        for shard_name, shards in (("num_unit_shards", num_unit_shards), ("num_proj_shards", num_proj_shards)):
+            if shards is not None:
+                _positive_int(shard_name, shards)
+                warnings.warn(f"{shard_name} is deprecated (as in TensorFlow) and ignored: nblstm does not "
+                              "partition variables", DeprecationWarning, stacklevel=2)
+        self.num_unit_shards, self.num_proj_shards = num_unit_shards, num_proj_shards
+        self.forget_bias = v.check_real("forget_bias", forget_bias)
+        self.state_is_tuple = v.check_bool("state_is_tuple", state_is_tuple)
+        self.activation = _activation(activation)
+        if reuse is not None:
+            v.check_bool("reuse", reuse)
+        self.reuse = reuse
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        self.name = name or "lstm_cell"
+        self._dtype = _dtype("dtype", dtype)
+        if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        self.seed = seed
+        self.trainable = bool(kwargs.get("trainable", True))
+        if self.use_peepholes and self.initializer_name == "orthogonal":
+            raise ValueError("initializer='orthogonal' needs matrices; the peephole weights are vectors "
+                             "(use another initializer with use_peepholes=True)")
+        self.input_depth = None
+        self._weights = None
+        self._packed = {}
+        self._device_weights = None
+
+    # -- sizes and state -------------------------------------------------------------------------------
+
+    @property
+    def dtype(self):
+        """Dtype of the variables (``None`` until built or given)."""
+        return self._dtype
+
+    @property
+    def built(self):
+        return self._weights is not None
+
+    @property
+    def _depth(self):
+        return self.num_proj or self.num_units
+
+    @property
+    def output_size(self):
+        """``num_proj or num_units``."""
+        return self._depth
+
+    @property
+    def state_size(self):
+        """``LSTMStateTuple(num_units, num_proj or num_units)``, or their sum when ``state_is_tuple=False``."""
+        if self.state_is_tuple:
+            return LSTMStateTuple(self.num_units, self._depth)
+        return self.num_units + self._depth
+
+    def zero_state(self, batch_size, dtype):
+        """Zero state: ``LSTMStateTuple(c [B, H], h [B, P])``, or one ``[B, H + P]`` array.
+
+        Parameters
+        ----------
+        batch_size : int
+        dtype : float16, float32 or float64
+        """
+        batch = _batch_size(batch_size)
+        dt = _dtype("dtype", dtype, allow_none=False)
+        if self.state_is_tuple:
+            return LSTMStateTuple(np.zeros((batch, self.num_units), dt), np.zeros((batch, self._depth), dt))
+        return np.zeros((batch, self.num_units + self._depth), dt)
+
+    def get_initial_state(self, inputs=None, batch_size=None, dtype=None):
+        """Zero state for ``inputs`` (batch size and dtype from them) or for ``batch_size`` and ``dtype``.
+
+        Parameters
+        ----------
+        inputs : [B, I] or [T, B, I] array, optional
+            Batch-major for rank 2; time-major for rank 3 (as :meth:`run`).
+        batch_size : int, optional
+            Must agree with ``inputs`` when both are given.
+        dtype : optional
+            Must agree with ``inputs`` when both are given.
+
+        Raises
+        ------
+        ValueError
+            ``batch_size`` or ``dtype`` disagreeing with ``inputs``, or
+            neither ``inputs`` nor both of them given.
+        """
+        if inputs is not None:
+            info = v.describe_array("inputs", inputs)
+            if len(info.shape) not in (2, 3):
+                raise ValueError(f"inputs must have rank 2 [B, I] or 3 [T, B, I], got shape {info.shape}")
+            batch = info.shape[-2]
+            if batch_size is not None and _batch_size(batch_size) != batch:
+                raise ValueError(f"batch_size={batch_size} disagrees with the batch size {batch} of inputs")
+            if dtype is not None and _dtype("dtype", dtype) != info.dtype:
+                raise ValueError(f"dtype={np.dtype(dtype)} disagrees with the dtype {info.dtype} of inputs")
+            state = self.zero_state(batch, info.dtype)
+            return self._like(state, info.kind)
+        if batch_size is None or dtype is None:
+            raise ValueError("get_initial_state needs inputs, or both batch_size and dtype")
+        return self.zero_state(batch_size, dtype)
+
+    # -- variables -------------------------------------------------------------------------------------
+
+    def _shapes(self, input_depth):
+        shapes = {"kernel": (input_depth + self._depth, 4 * self.num_units), "bias": (4 * self.num_units,)}
+        if self.use_peepholes:
+            for n in ("w_f_diag", "w_i_diag", "w_o_diag"):
+                shapes[n] = (self.num_units,)
+        if self.num_proj is not None:
+            shapes["projection/kernel"] = (self.num_units, self.num_proj)
+        return shapes
+
+    @property
+    def weight_names(self):
+        """Names of the variables, in TensorFlow's creation order."""
+        return tuple(self._shapes(1))
+
+    def build(self, input_depth):
+        """Create the variables for inputs of depth ``I`` (an int, or a shape whose last entry is ``I``).
+
+        ``kernel``, the peepholes and the projection come from the
+        initializer (drawn in TensorFlow's creation order from one generator
+        seeded with ``seed``); ``bias`` is zero. The dtype is the cell's
+        ``dtype`` (float32 when none was given).
+        """
+        if isinstance(input_depth, (tuple, list)):
+            if not input_depth:
+                raise ValueError("input_depth shape must not be empty")
+            input_depth = input_depth[-1]
+        depth = _positive_int("input_depth", input_depth)
+        if self._dtype is None:
+            self._dtype = np.dtype(np.float32)
+        rng = np.random.default_rng(self.seed)
+        weights = {}
+        for name, shape in self._shapes(depth).items():
+            if name == "bias":
+                weights[name] = np.zeros(shape, self._dtype)
+                continue
+            value = np.asarray(self._initializer(shape, self._dtype, rng))
+            if value.shape != shape:
+                raise ValueError(f"initializer returned shape {value.shape} for {name}; expected {shape}")
+            weights[name] = value.astype(self._dtype)
+        self.input_depth = depth
+        self._set(weights)
+
+    def _set(self, weights):
+        self._weights = weights
+        self._packed = {}
+        self._device_weights = None
+
+    def get_weights(self):
+        """The variables as ``{name: array}`` (copies), in TensorFlow's creation order.
+
+        Raises
+        ------
+        ValueError
+            The cell is not built yet.
+        """
+        self._require_built()
+        return {k: a.copy() for k, a in self._weights.items()}
+
+    def set_weights(self, weights):
+        """Replace the variables (builds the cell from ``kernel``'s shape when needed).
+
+        Parameters
+        ----------
+        weights : dict
+            ``{name: array}`` with exactly the names of :attr:`weight_names`,
+            TensorFlow's shapes, and the cell's dtype (any supported float
+            dtype when the cell has none yet). The arrays are copied.
+
+        Raises
+        ------
+        ValueError
+            Missing or unexpected names, wrong shapes.
+        TypeError
+            Not a dict, non-arrays, a dtype that is not the cell's.
+        """
+        if not isinstance(weights, dict):
+            raise TypeError(f"weights must be a dict {{name: array}}, got {type(weights).__name__}")
+        expected = self.weight_names
+        missing = [n for n in expected if n not in weights]
+        extra = [n for n in weights if n not in expected]
+        if missing or extra:
+            raise ValueError(f"weights must have exactly the names {expected}; missing: {missing}, "
+                             f"unexpected: {extra}")
+        arrays = {}
+        for n in expected:
+            a = weights[n]
+            if not isinstance(a, np.ndarray):
+                if hasattr(a, "copy_to_host") or hasattr(a, "__cuda_array_interface__"):
+                    a = _Device.to_host(a)
+                else:
+                    raise TypeError(f"weights[{n!r}] must be a NumPy array, got {type(a).__name__}")
+            arrays[n] = a
+        kernel = arrays["kernel"]
+        if kernel.ndim != 2 or kernel.shape[0] <= self._depth:
+            raise ValueError(f"weights['kernel'] has shape {kernel.shape}; expected [I + {self._depth}, "
+                             f"{4 * self.num_units}] with I > 0")
+        input_depth = kernel.shape[0] - self._depth
+        if self.input_depth is not None and input_depth != self.input_depth:
+            raise ValueError(f"weights['kernel'] has shape {kernel.shape}; the cell was built for input depth "
+                             f"{self.input_depth}: expected {(self.input_depth + self._depth, 4 * self.num_units)}")
+        dtype = self._dtype or _dtype("weights['kernel'] dtype", kernel.dtype)
+        for n, shape in self._shapes(input_depth).items():
+            a = arrays[n]
+            if a.shape != shape:
+                raise ValueError(f"weights[{n!r}] has shape {a.shape}; expected {shape}")
+            if a.dtype != dtype:
+                raise TypeError(f"weights[{n!r}] has dtype {a.dtype}; expected {dtype} (the cell's dtype)")
+            if not np.isfinite(a).all():
+                raise ValueError(f"weights[{n!r}] has non-finite values")
+        self._dtype = dtype
+        self.input_depth = input_depth
+        self._set({n: np.array(arrays[n], copy=True) for n in expected})
+
+    @property
+    def variables(self):
+        """Alias of :meth:`get_weights`."""
+        return self.get_weights()
+
+    def _require_built(self):
+        if self._weights is None:
+            raise ValueError("the cell has no weights yet: call build(input_depth), set_weights(...) or the cell")
+
+    def get_config(self):
+        """Constructor arguments as a JSON-friendly dict (a callable initializer is recorded as ``None``)."""
+        return {
+            "num_units": self.num_units, "use_peepholes": self.use_peepholes, "cell_clip": self.cell_clip,
+            "initializer": self.initializer_name, "num_proj": self.num_proj, "proj_clip": self.proj_clip,
+            "forget_bias": self.forget_bias, "state_is_tuple": self.state_is_tuple,
+            "activation": self.activation.name, "name": self.name,
+            "dtype": None if self._dtype is None else self._dtype.name, "seed": self.seed,
+            "trainable": self.trainable,
+        }
+
+    def save(self, path):
+        """Save the configuration and the weights in one ``.npz`` file.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            NumPy adds ``.npz`` when it is missing.
+        """
+        self._require_built()
+        arrays = {f"weight:{n}": a for n, a in self._weights.items()}
+        arrays["config"] = np.array(json.dumps(self.get_config()))
+        np.savez(os.fspath(path), **arrays)
+
+    @classmethod
+    def load(cls, path):
+        """A cell saved by :meth:`save`, with its configuration and weights."""
+        with np.load(os.fspath(path), allow_pickle=False) as data:
+            if "config" not in data.files:
+                raise ValueError(f"{path} is not an LSTMCell file (no 'config' entry)")
+            config = json.loads(str(data["config"]))
+            weights = {k[len("weight:"):]: data[k] for k in data.files if k.startswith("weight:")}
+        cell = cls(**config)
+        cell.set_weights(weights)
+        return cell
+
+    # -- conversions -----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_keras(cls, weights, forget_bias=0.0, **kwargs):
+        """A cell with the weights of a Keras ``LSTM`` layer.
+
+        Parameters
+        ----------
+        weights : list
+            ``layer.get_weights()``: ``[kernel [I, 4H], recurrent_kernel [H, 4H](, bias [4H])]``.
+        forget_bias : float, default 0.0
+            The new cell's ``forget_bias`` (Keras has none: 0 reproduces the layer exactly).
+        **kwargs
+            Further :class:`LSTMCell` arguments (``activation`` to match the layer's).
+        """
+        converted = convert.keras_to_lstmcell(list(weights), forget_bias=forget_bias)
+        units = converted["bias"].shape[0] // 4
+        kwargs.setdefault("dtype", converted["kernel"].dtype)
+        cell = cls(units, forget_bias=forget_bias, **kwargs)
+        cell.set_weights(converted)
+        return cell
+
+    def to_keras(self):
+        """Weights for a Keras ``LSTM`` layer (``unit_forget_bias=False``): ``[kernel, recurrent_kernel, bias]``."""
+        self._check_plain("Keras LSTM", allow_activation=True)
+        return convert.lstmcell_to_keras(self.get_weights(), self.forget_bias)
+
+    @classmethod
+    def from_torch(cls, module_or_state_dict, layer=0, forget_bias=0.0, **kwargs):
+        """A cell with the weights of one layer of a PyTorch ``nn.LSTM`` (``proj_size`` becomes ``num_proj``).
+
+        Parameters
+        ----------
+        module_or_state_dict : nn.LSTM or mapping
+            The module (its ``state_dict()`` is read) or a state dict of
+            tensors or arrays.
+        layer : int, default 0
+        forget_bias : float, default 0.0
+            The new cell's ``forget_bias`` (PyTorch has none).
+        **kwargs
+            Further :class:`LSTMCell` arguments.
+        """
+        state = module_or_state_dict
+        if hasattr(state, "state_dict"):
+            state = state.state_dict()
+        converted = convert.torch_to_lstmcell(state, forget_bias=forget_bias, layer=layer)
+        units = converted["bias"].shape[0] // 4
+        proj = converted.get("projection/kernel")
+        kwargs.setdefault("dtype", converted["kernel"].dtype)
+        cell = cls(units, num_proj=None if proj is None else proj.shape[1], forget_bias=forget_bias, **kwargs)
+        cell.set_weights(converted)
+        return cell
+
+    def to_torch(self, layer=0):
+        """A state dict of NumPy arrays for PyTorch ``nn.LSTM(I, H, proj_size=P or 0)``.
+
+        Load with ``lstm.load_state_dict({k: torch.from_numpy(a) for k, a in cell.to_torch().items()})``.
+
+        Raises
+        ------
+        ValueError
+            Peepholes, ``cell_clip``, ``proj_clip`` or a non-tanh activation,
+            none of which PyTorch has.
+        """
+        self._check_plain("PyTorch nn.LSTM", allow_activation=False)
+        return convert.lstmcell_to_torch(self.get_weights(), self.forget_bias, layer=layer)
+
+    def to_block_lstm(self):
+        """Keyword arguments of :func:`nblstm.block_lstm` that compute this cell (tanh, no projection)."""
+        self._require_built()
+        if self.activation.name != "tanh":
+            raise ValueError("BlockLSTM has tanh only; this cell uses " + self.activation.name)
+        return convert.lstmcell_to_block_lstm(self.get_weights(), self.forget_bias, self.cell_clip)
+
+    def _check_plain(self, target, allow_activation):
+        self._require_built()
+        problems = []
+        if self.use_peepholes:
+            problems.append("peepholes")
+        if self.cell_clip is not None:
+            problems.append("cell_clip")
+        if self.proj_clip is not None and self.num_proj is not None:
+            problems.append("proj_clip")
+        if target.startswith("Keras") and self.num_proj is not None:
+            problems.append("num_proj")
+        if not allow_activation and self.activation.name != "tanh":
+            problems.append(f"activation {self.activation.name!r}")
+        if problems:
+            raise ValueError(f"{target} has no equivalent of this cell's {', '.join(problems)}")
+
+    # -- computation -----------------------------------------------------------------------------------
+
+    def __call__(self, inputs, state, scope=None):
+        """One step: ``output, new_state = cell(inputs, state)``.
+
+        Parameters
+        ----------
+        inputs : [B, I] array
+        state : LSTMStateTuple ``(c [B, H], h [B, P])`` or ``[B, H + P]`` array
+            As :attr:`state_size` (``state_is_tuple``).
+        scope : ignored
+            TensorFlow's variable scope argument.
+
+        Returns
+        -------
+        tuple
+            ``(output [B, P], new_state)``, in the dtype and on the target
+            (CPU or GPU) of ``inputs``.
+        """
+        info = self._check_inputs(inputs, rank=2)
+        outputs, final = self._run(info, inputs, state, None, with_grad=False)[:2]
+        return outputs[0], final
+
+    call = __call__
+
+    def run(self, inputs, initial_state=None, sequence_length=None):
+        """The cell over a whole sequence in fused kernels (``tf.compat.v1.nn.dynamic_rnn``, time-major).
+
+        Parameters
+        ----------
+        inputs : [T, B, I] array
+        initial_state : state, optional
+            As :attr:`state_size`; zeros when omitted.
+        sequence_length : [B] ints, optional
+            Per-example lengths in ``[0, T]`` (default ``T``). Past its length
+            an example's outputs are zero and its state is carried unchanged,
+            so the final state is the state at its length.
+
+        Returns
+        -------
+        tuple
+            ``(outputs [T, B, P], final_state)``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Wrong types, ranks, shapes, dtypes, or lengths outside ``[0, T]``.
+        """
+        info = self._check_inputs(inputs, rank=3)
+        return self._run(info, inputs, initial_state, sequence_length, with_grad=False)[:2]
+
+    def vjp(self, inputs, initial_state=None, sequence_length=None):
+        """Forward over a sequence, and a function giving its vector-Jacobian product.
+
+        Parameters
+        ----------
+        inputs, initial_state, sequence_length
+            As :meth:`run`.
+
+        Returns
+        -------
+        tuple
+            ``((outputs, final_state), backward)``: ``backward(d_outputs=None,
+            d_final_state=None)`` returns ``(d_inputs [T, B, I],
+            d_initial_state, d_weights)``, ``d_weights`` keyed like
+            :meth:`get_weights`. ``d_outputs`` is ``[T, B, P]`` (gradients
+            past an example's length are ignored: those outputs are constant
+            zero); ``d_final_state`` has the state's structure, ``None`` for
+            zeros (also for either part of a tuple). Clipping has its true
+            gradient (zero where clipped).
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(3, seed=1, dtype=np.float64)
+        >>> x = np.ones((4, 2, 2))
+        >>> (out, state), backward = cell.vjp(x)
+        >>> d_x, d_state, d_w = backward(np.ones_like(out))
+        >>> d_x.shape, sorted(d_w)
+        ((4, 2, 2), ['bias', 'kernel'])
+        """
+        info = self._check_inputs(inputs, rank=3)
+        outputs, final, ctx = self._run(info, inputs, initial_state, sequence_length, with_grad=True)
+
+        def backward(d_outputs=None, d_final_state=None):
+            """Gradients of the loss with respect to the inputs, the initial state and the weights."""
+            return self._backward(ctx, d_outputs, d_final_state)
+
+        return (outputs, final), backward
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _check_inputs(self, inputs, rank):
+        info = v.describe_array("inputs", inputs)
+        meaning = "[B, I]" if rank == 2 else "[T, B, I]"
+        if len(info.shape) != rank:
+            raise ValueError(f"inputs must have rank {rank} {meaning}, got shape {tuple(info.shape)}")
+        if info.dtype not in v.SUPPORTED_DTYPES:
+            raise TypeError(f"inputs has dtype {info.dtype}; expected float16, float32 or float64")
+        if self._dtype is not None and info.dtype != self._dtype:
+            raise TypeError(f"inputs has dtype {info.dtype}; expected {self._dtype} (the cell's dtype)")
+        depth = info.shape[-1]
+        if depth == 0:
+            raise ValueError(f"inputs has shape {tuple(info.shape)}: the input depth I = inputs.shape[-1] must be > 0")
+        if self.input_depth is not None and depth != self.input_depth:
+            raise ValueError(f"inputs has shape {tuple(info.shape)}; expected input depth {self.input_depth} "
+                             f"(the cell's kernel is [{self.input_depth} + {self._depth}, {4 * self.num_units}])")
+        return info
+
+    def _state_arrays(self, state, batch, dtype, kind, name):
+        """``(c [B, H], h [B, P])`` host arrays in ``dtype`` from a state argument (zeros for ``None``)."""
+        units, depth = self.num_units, self._depth
+        if state is None:
+            return np.zeros((batch, units), dtype), np.zeros((batch, depth), dtype)
+        if self.state_is_tuple:
+            if not isinstance(state, (tuple, list)) or len(state) != 2:
+                raise TypeError(f"{name} must be an LSTMStateTuple (c [B, H], h [B, P]) with state_is_tuple=True, "
+                                f"got {type(state).__name__}")
+            parts = {f"{name}.c": state[0], f"{name}.h": state[1]}
+        else:
+            if isinstance(state, (tuple, list)):
+                raise TypeError(f"{name} must be one [B, {units + depth}] array with state_is_tuple=False, "
+                                f"got a {type(state).__name__}")
+            parts = {name: state}
+        infos = {}
+        for n, a in parts.items():
+            infos[n] = info = v.describe_array(n, a)
+            if info.kind != kind:
+                raise TypeError(f"{n} is a {'GPU' if info.kind == 'device' else 'NumPy'} array but inputs is "
+                                f"{'a GPU' if kind == 'device' else 'a NumPy'} array: they must live together")
+            if info.dtype != dtype:
+                raise TypeError(f"{n} has dtype {info.dtype}; expected {dtype} (the dtype of inputs)")
+            if len(info.shape) != 2:
+                raise ValueError(f"{n} must have rank 2, got shape {tuple(info.shape)}")
+        if self.state_is_tuple:
+            v.check_shape(infos[f"{name}.c"], (batch, units), "[B, H]: B from inputs, H = num_units")
+            v.check_shape(infos[f"{name}.h"], (batch, depth), "[B, P]: B from inputs, P = num_proj or num_units")
+            c, h = (self._host(a) for a in parts.values())
+        else:
+            v.check_shape(infos[name], (batch, units + depth), "[B, H + P]: the state c and h concatenated")
+            full = self._host(state)
+            c, h = full[:, :units], full[:, units:]
+        return c, h
+
+    def _host(self, a):
+        return a if isinstance(a, np.ndarray) else _Device.to_host(a)
+
+    def _lengths(self, sequence_length, steps, batch):
+        if sequence_length is None:
+            return np.full(batch, steps, np.int64)
+        if not isinstance(sequence_length, np.ndarray):
+            if hasattr(sequence_length, "copy_to_host") or hasattr(sequence_length, "__cuda_array_interface__"):
+                sequence_length = _Device.to_host(sequence_length)
+            elif isinstance(sequence_length, (list, tuple)):
+                if not all(isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+                           for x in sequence_length):
+                    raise TypeError("sequence_length must hold integers")
+                sequence_length = np.array(sequence_length, np.int64).reshape(len(sequence_length))
+            else:
+                raise TypeError(f"sequence_length must be a [B] integer array or list, got "
+                                f"{type(sequence_length).__name__}")
+        if sequence_length.dtype.kind not in "iu":
+            raise TypeError(f"sequence_length must have an integer dtype, got {sequence_length.dtype}")
+        if sequence_length.shape != (batch,):
+            raise ValueError(f"sequence_length has shape {sequence_length.shape}; expected ({batch},) "
+                             "(one length per example, B from inputs)")
+        if batch and (sequence_length.min() < 0 or sequence_length.max() > steps):
+            raise ValueError(f"sequence_length values must be in [0, T] = [0, {steps}], got "
+                             f"min {sequence_length.min()}, max {sequence_length.max()}")
+        return sequence_length.astype(np.int64)
+
+    def _packed_for(self, ct, batch):
+        from .cpu import chunk_bounds
+
+        key = (ct.str, tuple(chunk_bounds(max(batch, 1), self.num_units)))
+        packed = self._packed.get(key)
+        if packed is None:
+            from .cpu_cell import PackedWeights
+
+            weights = {k: np.ascontiguousarray(a, ct) for k, a in self._weights.items()}
+            packed = self._packed[key] = PackedWeights(weights, self.input_depth, batch)
+        return packed
+
+    def _like(self, state, kind):
+        """``state`` moved to the GPU when ``kind`` is ``"device"``."""
+        if kind == "host":
+            return state
+        if isinstance(state, tuple):
+            return LSTMStateTuple(*(_Device.to_device(a) for a in state))
+        return _Device.to_device(state)
+
+    def _make_state(self, c, h, dtype, kind):
+        c = c.astype(dtype, copy=False)
+        h = h.astype(dtype, copy=False)
+        state = LSTMStateTuple(c, h) if self.state_is_tuple else np.concatenate([c, h], axis=1)
+        return self._like(state, kind)
+
+    def _run(self, info, inputs, state, sequence_length, with_grad):
+        """Validate everything, then run the forward kernels; returns ``(outputs, final_state, ctx)``."""
+        from . import cpu_cell
+
+        dtype = info.dtype
+        batch = info.shape[-2]
+        steps = 1 if len(info.shape) == 2 else info.shape[0]
+        c0, h0 = self._state_arrays(state, batch, dtype, info.kind, "state" if len(info.shape) == 2
+                                    else "initial_state")
+        lengths = self._lengths(sequence_length, steps, batch)
+        if self._weights is None:
+            if self._dtype is None:
+                self._dtype = dtype
+            self.build(info.shape[-1])
+        # The kernels run on the host: GPU arrays are copied (see the module docs of nblstm.cuda_cell).
+        x = self._host(inputs)
+        if len(info.shape) == 2:
+            x = x[None]
+        ct = _compute_dtype(dtype)
+        x = np.ascontiguousarray(x, ct)
+        c0 = np.ascontiguousarray(c0, ct)
+        h0 = np.ascontiguousarray(h0, ct)
+        packed = self._packed_for(ct, batch)
+        act = self.activation.code
+        proj_clip = self.proj_clip if self.num_proj is not None else None
+        saved = cpu_cell.sequence_forward(x, c0, h0, packed, lengths, self.forget_bias, self.cell_clip, proj_clip,
+                                          act)
+        c_final, h_final = cpu_cell.final_state(saved)
+        outputs = cpu_cell.masked_outputs(saved).astype(dtype, copy=False)
+        if info.kind == "device":
+            outputs = _Device.to_device(outputs)
+        final = self._make_state(c_final, h_final, dtype, info.kind)
+        ctx = None
+        if with_grad:
+            ctx = {"saved": saved, "packed": packed, "dtype": dtype, "ct": ct, "kind": info.kind,
+                   "shape": (steps, batch), "act": act, "proj_clip": proj_clip, "cell_clip": self.cell_clip}
+        return outputs, final, ctx
+
+    def _grad_part(self, value, shape, dtype, kind, name, ct):
+        """A gradient argument as a C-contiguous host array of the compute dtype (zeros for ``None``)."""
+        if value is None:
+            return np.zeros(shape, ct)
+        info = v.describe_array(name, value)
+        if info.kind != kind:
+            raise TypeError(f"{name} must live where inputs did (NumPy or GPU)")
+        if info.dtype != dtype:
+            raise TypeError(f"{name} has dtype {info.dtype}; expected {dtype} (the dtype of inputs)")
+        v.check_shape(info, shape, "like the corresponding state")
+        return np.ascontiguousarray(self._host(value), ct)
+
+    def _backward(self, ctx, d_outputs, d_final_state):
+        from . import cpu_cell
+
+        steps, batch = ctx["shape"]
+        dtype, ct, kind = ctx["dtype"], ctx["ct"], ctx["kind"]
+        units, depth = self.num_units, self._depth
+        d_out = self._grad_part(d_outputs, (steps, batch, depth), dtype, kind, "d_outputs", ct)
+        if d_final_state is None:
+            d_c = d_h = None
+        elif self.state_is_tuple:
+            if not isinstance(d_final_state, (tuple, list)) or len(d_final_state) != 2:
+                raise TypeError("d_final_state must be a pair (d_c [B, H], d_h [B, P]) with state_is_tuple=True")
+            d_c, d_h = d_final_state
+        else:
+            d_c, d_h = self._state_arrays(d_final_state, batch, dtype, kind, "d_final_state")
+        d_c = self._grad_part(d_c, (batch, units), dtype, kind, "d_final_state.c", ct)
+        d_h = self._grad_part(d_h, (batch, depth), dtype, kind, "d_final_state.h", ct)
+        d_x, d_c0, d_h0, d_w = cpu_cell.sequence_backward(ctx["saved"], ctx["packed"], d_out, d_c, d_h,
+                                                          ctx["cell_clip"], ctx["proj_clip"], ctx["act"])
+        d_x = d_x.astype(dtype, copy=False)
+        d_w = {n: d_w[n].astype(dtype, copy=False) for n in self.weight_names}
+        if kind == "device":
+            d_x = _Device.to_device(d_x)
+        return d_x, self._make_state(d_c0, d_h0, dtype, kind), d_w
+
+    def __repr__(self):
+        extras = [f"num_proj={self.num_proj}"] if self.num_proj else []
+        if self.use_peepholes:
+            extras.append("use_peepholes=True")
+        if self.cell_clip is not None:
+            extras.append(f"cell_clip={self.cell_clip}")
+        if self.activation.name != "tanh":
+            extras.append(f"activation={self.activation.name!r}")
+        return f"LSTMCell({', '.join([str(self.num_units), *extras])})"

@@ -1,0 +1,468 @@
+"""Weight layouts of TF1 ``LSTMCell``, BlockLSTM V1/V2, Keras, PyTorch and cuDNN (SPEC.md section 7).
+
+NumPy only: every function takes arrays (or anything ``numpy.asarray``
+accepts, PyTorch tensors included) and returns new NumPy arrays; the
+arguments are never modified. The gate order of the ``4H`` columns is ICFO
+(``i, j/ci, f, o``) for TF1 ``LSTMCell`` and BlockLSTM V1, IFCO (``i, f,
+g/ci, o``) for BlockLSTMV2, Keras, PyTorch and cuDNN.
+
+The ``forget_bias`` of TF1 ``LSTMCell`` and BlockLSTM V1 is added inside the
+forget gate's sigmoid; the IFCO frameworks have none, so conversions to them
+fold it into the forget block of the bias, and conversions from them take
+``forget_bias=0.0`` by default (exact: no rounding of the bias).
+
+Name conventions of the dicts used here:
+
+- TF1 ``LSTMCell`` weights: ``kernel [I + P, 4H]``, ``bias [4H]``, optional
+  ``w_f_diag, w_i_diag, w_o_diag [H]`` and ``projection/kernel [H, P]``
+  (``P = num_proj or H``), as :meth:`nblstm.LSTMCell.get_weights` returns.
+- PyTorch ``nn.LSTM`` state dicts: ``weight_ih_l{k} [4H, I]``,
+  ``weight_hh_l{k} [4H, P]``, ``bias_ih_l{k}, bias_hh_l{k} [4H]``, optional
+  ``weight_hr_l{k} [P, H]`` (``proj_size``).
+- Keras ``LSTM``: ``[kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H]]``
+  (the order of ``layer.get_weights()``).
+"""
+
+import numpy as np
+
+__all__ = [
+    "icfo_to_ifco",
+    "ifco_to_icfo",
+    "block_lstm_v1_to_v2",
+    "block_lstm_v2_to_v1",
+    "lstmcell_to_block_lstm",
+    "block_lstm_to_lstmcell",
+    "keras_to_block_lstm_v2",
+    "block_lstm_v2_to_keras",
+    "torch_to_block_lstm_v2",
+    "block_lstm_v2_to_torch",
+    "lstmcell_to_torch",
+    "torch_to_lstmcell",
+    "lstmcell_to_keras",
+    "keras_to_lstmcell",
+    "block_lstm_v2_to_cudnn",
+    "cudnn_to_block_lstm_v2",
+]
+
+_PEEPHOLE_NAMES = ("w_i_diag", "w_f_diag", "w_o_diag")
+
+
+def _array(value, name):
+    """``value`` as a NumPy array (PyTorch tensors are detached and copied to the host)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    elif hasattr(value, "copy_to_host"):
+        value = value.copy_to_host()
+    elif hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()
+    a = np.asarray(value)
+    if a.dtype.kind != "f":
+        raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
+    return a
+
+
+def _gate_blocks(a, axis, name):
+    a = _array(a, name)
+    size = a.shape[axis]
+    if size % 4:
+        raise ValueError(f"{name} has {size} entries along axis {axis}; expected 4H (four gate blocks)")
+    return np.split(a, 4, axis=axis)
+
+
+def icfo_to_ifco(a, axis=-1):
+    """Reorder the four gate blocks of ``a`` along ``axis`` from ``[i|c|f|o]`` to ``[i|f|c|o]``.
+
+    Parameters
+    ----------
+    a : [..., 4H, ...] array
+    axis : int, default -1
+
+    Returns
+    -------
+    numpy.ndarray
+        A new array, same shape.
+
+    Examples
+    --------
+    >>> icfo_to_ifco(np.arange(8.0))
+    array([0., 1., 4., 5., 2., 3., 6., 7.])
+    """
+    i, c, f, o = _gate_blocks(a, axis, "a")
+    return np.concatenate([i, f, c, o], axis=axis)
+
+
+def ifco_to_icfo(a, axis=-1):
+    """Reorder the four gate blocks of ``a`` along ``axis`` from ``[i|f|c|o]`` to ``[i|c|f|o]`` (inverse of
+    :func:`icfo_to_ifco`).
+
+    Examples
+    --------
+    >>> ifco_to_icfo(icfo_to_ifco(np.arange(8.0)))
+    array([0., 1., 2., 3., 4., 5., 6., 7.])
+    """
+    i, f, c, o = _gate_blocks(a, axis, "a")
+    return np.concatenate([i, c, f, o], axis=axis)
+
+
+def _add_to_forget_block(b_ifco, value):
+    """Add ``value`` to the forget block ``[H, 2H)`` of an IFCO bias (a new array)."""
+    b = np.array(b_ifco, copy=True)
+    units = b.shape[-1] // 4
+    if value:
+        b[..., units:2 * units] += b.dtype.type(value)
+    return b
+
+
+def block_lstm_v1_to_v2(w, b, forget_bias=1.0):
+    """BlockLSTM (V1, ICFO, ``forget_bias``) weights to BlockLSTMV2 (IFCO, no forget bias).
+
+    Parameters
+    ----------
+    w : [I + H, 4H] array
+    b : [4H] array
+    forget_bias : float, default 1.0
+        The V1 op's ``forget_bias``; folded into the forget block of the bias.
+
+    Returns
+    -------
+    tuple
+        ``(w2 [I + H, 4H], b2 [4H])``.
+    """
+    return icfo_to_ifco(w), _add_to_forget_block(icfo_to_ifco(b), forget_bias)
+
+
+def block_lstm_v2_to_v1(w, b, forget_bias=1.0):
+    """BlockLSTMV2 weights to BlockLSTM (V1) run with ``forget_bias`` (subtracted from the forget block).
+
+    Returns
+    -------
+    tuple
+        ``(w1 [I + H, 4H], b1 [4H])``.
+    """
+    return ifco_to_icfo(w), ifco_to_icfo(_add_to_forget_block(b, -forget_bias))
+
+
+def _cell_sizes(weights):
+    """``(I, H, P, has_proj)`` of TF1 LSTMCell weights, checking the shapes agree."""
+    for name in ("kernel", "bias"):
+        if name not in weights:
+            raise ValueError(f"weights lack {name!r}")
+    kernel = _array(weights["kernel"], "kernel")
+    bias = _array(weights["bias"], "bias")
+    if bias.ndim != 1 or bias.shape[0] % 4 or bias.shape[0] == 0:
+        raise ValueError(f"bias has shape {bias.shape}; expected [4H]")
+    units = bias.shape[0] // 4
+    proj = weights.get("projection/kernel")
+    depth = units
+    if proj is not None:
+        proj = _array(proj, "projection/kernel")
+        if proj.ndim != 2 or proj.shape[0] != units:
+            raise ValueError(f"projection/kernel has shape {proj.shape}; expected [H, P] with H = {units}")
+        depth = proj.shape[1]
+    if kernel.ndim != 2 or kernel.shape[1] != 4 * units or kernel.shape[0] <= depth:
+        raise ValueError(f"kernel has shape {kernel.shape}; expected [I + {depth}, {4 * units}] with I > 0")
+    return kernel.shape[0] - depth, units, depth, proj is not None
+
+
+def _peepholes_of(weights):
+    present = [n for n in _PEEPHOLE_NAMES if weights.get(n) is not None]
+    if present and len(present) != 3:
+        raise ValueError(f"peephole weights must come as all of {_PEEPHOLE_NAMES}, got {present}")
+    return {n: _array(weights[n], n) for n in present}
+
+
+def lstmcell_to_block_lstm(weights, forget_bias=1.0, cell_clip=None):
+    """Arguments of BlockLSTM (V1, ``layout="icfo"``) that reproduce a TF1 ``LSTMCell`` with a tanh activation.
+
+    Parameters
+    ----------
+    weights : dict
+        ``LSTMCell`` weights, without ``projection/kernel``.
+    forget_bias : float, default 1.0
+    cell_clip : float, optional
+        The cell's ``cell_clip``; ``None`` becomes ``-1`` (off). ``0.0``
+        has no BlockLSTM equivalent (it clips the cell to zero in
+        ``LSTMCell`` but turns clipping off in BlockLSTM).
+
+    Returns
+    -------
+    dict
+        Keyword arguments for :func:`nblstm.block_lstm`: ``w, b, wci, wcf,
+        wco, forget_bias, cell_clip, use_peephole, layout``.
+
+    Raises
+    ------
+    ValueError
+        A projection, ``cell_clip <= 0``, or malformed weights.
+    """
+    _, units, _, has_proj = _cell_sizes(weights)
+    if has_proj:
+        raise ValueError("BlockLSTM has no projection: weights with 'projection/kernel' cannot be converted")
+    if cell_clip is not None and cell_clip <= 0:
+        raise ValueError(f"cell_clip={cell_clip!r} has no BlockLSTM equivalent (BlockLSTM treats <= 0 as off)")
+    peep = _peepholes_of(weights)
+    kernel = _array(weights["kernel"], "kernel")
+    zeros = np.zeros(units, kernel.dtype)
+    return {
+        "w": kernel.copy(),
+        "b": _array(weights["bias"], "bias").copy(),
+        "wci": peep.get("w_i_diag", zeros).copy(),
+        "wcf": peep.get("w_f_diag", zeros).copy(),
+        "wco": peep.get("w_o_diag", zeros).copy(),
+        "forget_bias": float(forget_bias),
+        "cell_clip": -1.0 if cell_clip is None else float(cell_clip),
+        "use_peephole": bool(peep),
+        "layout": "icfo",
+    }
+
+
+def block_lstm_to_lstmcell(w, b, wci=None, wcf=None, wco=None):
+    """BlockLSTM (V1, ICFO) weights as TF1 ``LSTMCell`` weights (use the same ``forget_bias``).
+
+    Returns
+    -------
+    dict
+        ``kernel``, ``bias`` and, when the peepholes are given, ``w_f_diag,
+        w_i_diag, w_o_diag``.
+    """
+    out = {"kernel": _array(w, "w").copy(), "bias": _array(b, "b").copy()}
+    given = [p is not None for p in (wci, wcf, wco)]
+    if any(given):
+        if not all(given):
+            raise ValueError("peephole weights wci, wcf, wco must be given together")
+        out["w_f_diag"] = _array(wcf, "wcf").copy()
+        out["w_i_diag"] = _array(wci, "wci").copy()
+        out["w_o_diag"] = _array(wco, "wco").copy()
+    return out
+
+
+def keras_to_block_lstm_v2(kernel, recurrent_kernel, bias):
+    """Keras ``LSTM`` weights to BlockLSTMV2: ``w = [kernel; recurrent_kernel]``, ``b = bias``.
+
+    Parameters
+    ----------
+    kernel : [I, 4H] array
+    recurrent_kernel : [H, 4H] array
+    bias : [4H] array or None
+        ``None`` for ``use_bias=False`` (zeros).
+
+    Returns
+    -------
+    tuple
+        ``(w [I + H, 4H], b [4H])``.
+    """
+    kernel = _array(kernel, "kernel")
+    recurrent_kernel = _array(recurrent_kernel, "recurrent_kernel")
+    if kernel.ndim != 2 or recurrent_kernel.ndim != 2 or recurrent_kernel.shape[1] != 4 * recurrent_kernel.shape[0] \
+            or kernel.shape[1] != recurrent_kernel.shape[1]:
+        raise ValueError(f"kernel {kernel.shape} and recurrent_kernel {recurrent_kernel.shape} must be [I, 4H] and "
+                         "[H, 4H]")
+    b = np.zeros(kernel.shape[1], kernel.dtype) if bias is None else _array(bias, "bias").copy()
+    if b.shape != (kernel.shape[1],):
+        raise ValueError(f"bias has shape {b.shape}; expected ({kernel.shape[1]},)")
+    return np.concatenate([kernel, recurrent_kernel], axis=0), b
+
+
+def block_lstm_v2_to_keras(w, b, input_size):
+    """BlockLSTMV2 weights to Keras ``LSTM``: ``[kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H]]``."""
+    w = _array(w, "w")
+    return [w[:input_size].copy(), w[input_size:].copy(), _array(b, "b").copy()]
+
+
+def _torch_key(state_dict, stem, layer, suffix):
+    key = f"{stem}_l{layer}{suffix}"
+    if key not in state_dict:
+        raise ValueError(f"state_dict lacks {key!r}; it has {sorted(state_dict)}")
+    return _array(state_dict[key], key)
+
+
+def torch_to_block_lstm_v2(state_dict, layer=0, suffix=""):
+    """One layer of a PyTorch ``nn.LSTM`` state dict to BlockLSTMV2 weights (plus its projection).
+
+    Parameters
+    ----------
+    state_dict : mapping
+        ``weight_ih_l{layer}{suffix}``, ``weight_hh_l...``, optional
+        ``bias_ih_l...``, ``bias_hh_l...`` (``bias=False``) and
+        ``weight_hr_l...`` (``proj_size > 0``).
+    layer : int, default 0
+    suffix : str, default ""
+        ``"_reverse"`` for the backward direction of a bidirectional LSTM.
+
+    Returns
+    -------
+    tuple
+        ``(w [I + P, 4H], b [4H], projection [H, P] or None)`` with
+        ``b = bias_ih + bias_hh``.
+    """
+    w_ih = _torch_key(state_dict, "weight_ih", layer, suffix)
+    w_hh = _torch_key(state_dict, "weight_hh", layer, suffix)
+    four_units = w_ih.shape[0]
+    b = np.zeros(four_units, w_ih.dtype)
+    for stem in ("bias_ih", "bias_hh"):
+        if f"{stem}_l{layer}{suffix}" in state_dict:
+            b = b + _torch_key(state_dict, stem, layer, suffix)
+    proj = None
+    if f"weight_hr_l{layer}{suffix}" in state_dict:
+        proj = _torch_key(state_dict, "weight_hr", layer, suffix).T.copy()
+    return np.concatenate([w_ih.T, w_hh.T], axis=0), b, proj
+
+
+def block_lstm_v2_to_torch(w, b, input_size, projection=None, layer=0, suffix=""):
+    """BlockLSTMV2 weights (plus a projection) to a PyTorch ``nn.LSTM`` state dict of one layer.
+
+    The bias goes to ``bias_ih``; ``bias_hh`` is zero.
+
+    Parameters
+    ----------
+    w : [I + P, 4H] array
+    b : [4H] array
+    input_size : int
+    projection : [H, P] array, optional
+        Becomes ``weight_hr = projection.T`` (``proj_size = P``).
+    layer : int, default 0
+    suffix : str, default ""
+
+    Returns
+    -------
+    dict
+        ``{name: numpy array}``; load with ``module.load_state_dict({k:
+        torch.from_numpy(v) ...})``.
+    """
+    w = _array(w, "w")
+    b = _array(b, "b")
+    out = {
+        f"weight_ih_l{layer}{suffix}": np.ascontiguousarray(w[:input_size].T),
+        f"weight_hh_l{layer}{suffix}": np.ascontiguousarray(w[input_size:].T),
+        f"bias_ih_l{layer}{suffix}": b.copy(),
+        f"bias_hh_l{layer}{suffix}": np.zeros_like(b),
+    }
+    if projection is not None:
+        out[f"weight_hr_l{layer}{suffix}"] = np.ascontiguousarray(_array(projection, "projection").T)
+    return out
+
+
+def _cell_to_v2(weights, forget_bias):
+    input_size, _, _, _ = _cell_sizes(weights)
+    if _peepholes_of(weights):
+        raise ValueError("peephole weights (w_i_diag, w_f_diag, w_o_diag) have no equivalent in this format")
+    w, b = block_lstm_v1_to_v2(weights["kernel"], weights["bias"], forget_bias)
+    return input_size, w, b
+
+
+def lstmcell_to_torch(weights, forget_bias=1.0, layer=0, suffix=""):
+    """TF1 ``LSTMCell`` weights to a PyTorch ``nn.LSTM`` state dict (with ``proj_size`` when projected).
+
+    ``W = icfo_to_ifco(kernel)``, ``weight_ih = W[:I].T``, ``weight_hh =
+    W[I:].T``, ``bias_ih = icfo_to_ifco(bias)`` plus ``forget_bias`` in its
+    forget block, ``bias_hh = 0``, ``weight_hr = projection/kernel.T``.
+    The cell's ``cell_clip``, ``proj_clip`` and activation are not part of
+    the weights: PyTorch has tanh only and no clipping.
+
+    Raises
+    ------
+    ValueError
+        Peephole weights (PyTorch has none) or malformed weights.
+    """
+    input_size, w, b = _cell_to_v2(weights, forget_bias)
+    return block_lstm_v2_to_torch(w, b, input_size, weights.get("projection/kernel"), layer, suffix)
+
+
+def torch_to_lstmcell(state_dict, forget_bias=0.0, layer=0, suffix=""):
+    """A PyTorch ``nn.LSTM`` layer as TF1 ``LSTMCell`` weights for a cell built with ``forget_bias``.
+
+    With the default ``forget_bias=0.0`` the bias is copied exactly; with
+    another value it is subtracted from the forget block.
+
+    Returns
+    -------
+    dict
+        ``kernel [I + P, 4H]``, ``bias [4H]``, and ``projection/kernel [H, P]``
+        when the state dict has ``weight_hr``.
+    """
+    w, b, proj = torch_to_block_lstm_v2(state_dict, layer, suffix)
+    w1, b1 = block_lstm_v2_to_v1(w, b, forget_bias)
+    out = {"kernel": w1, "bias": b1}
+    if proj is not None:
+        out["projection/kernel"] = proj
+    return out
+
+
+def lstmcell_to_keras(weights, forget_bias=1.0):
+    """TF1 ``LSTMCell`` weights (no projection, no peepholes) to Keras ``LSTM``: ``[kernel, recurrent_kernel,
+    bias]``, ``forget_bias`` folded into the bias (use ``unit_forget_bias=False`` when building the layer).
+    """
+    if weights.get("projection/kernel") is not None:
+        raise ValueError("Keras LSTM has no projection: weights with 'projection/kernel' cannot be converted")
+    input_size, w, b = _cell_to_v2(weights, forget_bias)
+    return block_lstm_v2_to_keras(w, b, input_size)
+
+
+def keras_to_lstmcell(kernel, recurrent_kernel=None, bias=None, forget_bias=0.0):
+    """Keras ``LSTM`` weights as TF1 ``LSTMCell`` weights for a cell built with ``forget_bias``.
+
+    Parameters
+    ----------
+    kernel : [I, 4H] array, or the list ``layer.get_weights()``
+    recurrent_kernel : [H, 4H] array
+    bias : [4H] array or None
+    forget_bias : float, default 0.0
+
+    Returns
+    -------
+    dict
+        ``kernel [I + H, 4H]`` and ``bias [4H]`` in ICFO order.
+    """
+    if isinstance(kernel, (list, tuple)):
+        if recurrent_kernel is not None or bias is not None or len(kernel) not in (2, 3):
+            raise ValueError("pass either the list [kernel, recurrent_kernel(, bias)] or the three arrays")
+        kernel, recurrent_kernel, bias = (*kernel, None)[:3]
+    if recurrent_kernel is None:
+        raise ValueError("recurrent_kernel is required")
+    w, b = keras_to_block_lstm_v2(kernel, recurrent_kernel, bias)
+    w1, b1 = block_lstm_v2_to_v1(w, b, forget_bias)
+    return {"kernel": w1, "bias": b1}
+
+
+def block_lstm_v2_to_cudnn(w, b, input_size):
+    """BlockLSTMV2 weights to cuDNN's canonical per-gate matrices and biases.
+
+    Returns
+    -------
+    tuple
+        ``(weights, biases)``: ``weights`` is ``[W_i, W_f, W_c, W_o]`` (each
+        ``[H, I]``) followed by ``[R_i, R_f, R_c, R_o]`` (each ``[H, H]``);
+        ``biases`` is 8 ``[H]`` arrays, the summed bias split half and half
+        between the input and recurrent biases of each gate, as TensorFlow
+        does when it writes cuDNN weights.
+    """
+    w = _array(w, "w")
+    b = _array(b, "b")
+    ws = [blk.T.copy() for blk in np.split(w[:input_size], 4, axis=1)]
+    rs = [blk.T.copy() for blk in np.split(w[input_size:], 4, axis=1)]
+    half = [blk / 2 for blk in np.split(b, 4)]
+    return ws + rs, half + [h.copy() for h in half]
+
+
+def cudnn_to_block_lstm_v2(weights, biases):
+    """cuDNN canonical per-gate weights and biases (gate order ``i, f, c, o``) to BlockLSTMV2.
+
+    Parameters
+    ----------
+    weights : sequence of 8 arrays
+        ``W_i, W_f, W_c, W_o`` (each ``[H, I]``), ``R_i, R_f, R_c, R_o`` (each ``[H, H]``).
+    biases : sequence of 8 [H] arrays
+        Input biases of the four gates, then recurrent biases; summed per gate.
+
+    Returns
+    -------
+    tuple
+        ``(w [I + H, 4H], b [4H])``.
+    """
+    if len(weights) != 8 or len(biases) != 8:
+        raise ValueError(f"cuDNN LSTM has 8 weight matrices and 8 biases, got {len(weights)} and {len(biases)}")
+    ws = [_array(a, f"weights[{k}]") for k, a in enumerate(weights)]
+    bs = [_array(a, f"biases[{k}]") for k, a in enumerate(biases)]
+    w = np.concatenate([np.concatenate([m.T for m in ws[:4]], axis=1), np.concatenate([m.T for m in ws[4:]], axis=1)])
+    b = np.concatenate([bs[k] + bs[k + 4] for k in range(4)])
+    return w, b

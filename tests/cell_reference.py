@@ -1,0 +1,93 @@
+"""A plain float64 NumPy reference of TF1 ``LSTMCell`` (SPEC.md section 6) and ``dynamic_rnn``.
+
+One step at a time, the equations as the specification prints them; no
+packing, no kernels, no code shared with nblstm. Gradients are not written
+here: the tests take finite differences of :func:`run`.
+"""
+
+import numpy as np
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+ACTIVATIONS = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "elu": lambda x: np.where(x > 0, x, np.exp(np.minimum(x, 0.0)) - 1.0),
+    "softsign": lambda x: x / (1.0 + np.abs(x)),
+    "softplus": lambda x: np.log(1.0 + np.exp(x)),
+    "selu": lambda x: SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * (np.exp(np.minimum(x, 0.0)) - 1.0)),
+    "linear": lambda x: x,
+}
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def step(weights, x, c_prev, m_prev, forget_bias=1.0, cell_clip=None, proj_clip=None, activation="tanh"):
+    """One step of the cell in float64.
+
+    Parameters
+    ----------
+    weights : dict
+        ``kernel [I + P, 4H]`` (ICFO), ``bias [4H]``, optional peepholes
+        ``w_f_diag, w_i_diag, w_o_diag [H]`` and ``projection/kernel [H, P]``.
+    x : [B, I] array
+    c_prev : [B, H] array
+    m_prev : [B, P] array
+
+    Returns
+    -------
+    tuple
+        ``(c [B, H], m [B, P])``; ``m`` is also the output.
+    """
+    w = {k: np.asarray(a, np.float64) for k, a in weights.items()}
+    act = ACTIVATIONS[activation]
+    units = w["bias"].shape[0] // 4
+    gates = np.concatenate([x, m_prev], axis=1) @ w["kernel"] + w["bias"]
+    i, j, f, o = (gates[:, k * units:(k + 1) * units] for k in range(4))
+    peep = "w_i_diag" in w
+    if peep:
+        c = sigmoid(f + forget_bias + w["w_f_diag"] * c_prev) * c_prev + sigmoid(i + w["w_i_diag"] * c_prev) * act(j)
+    else:
+        c = sigmoid(f + forget_bias) * c_prev + sigmoid(i) * act(j)
+    if cell_clip is not None:
+        c = np.clip(c, -cell_clip, cell_clip)
+    if peep:
+        m = sigmoid(o + w["w_o_diag"] * c) * act(c)
+    else:
+        m = sigmoid(o) * act(c)
+    if "projection/kernel" in w:
+        m = m @ w["projection/kernel"]
+        if proj_clip is not None:
+            m = np.clip(m, -proj_clip, proj_clip)
+    return c, m
+
+
+def run(weights, x, c0, m0, sequence_length=None, **options):
+    """``dynamic_rnn`` over ``x: [T, B, I]`` (time-major) in float64.
+
+    Past an example's length its output is zero and its state is carried.
+
+    Returns
+    -------
+    tuple
+        ``(outputs [T, B, P], c_final [B, H], m_final [B, P])``.
+    """
+    x = np.asarray(x, np.float64)
+    c = np.asarray(c0, np.float64)
+    m = np.asarray(m0, np.float64)
+    steps, batch, _ = x.shape
+    lengths = np.full(batch, steps) if sequence_length is None else np.asarray(sequence_length)
+    outputs = []
+    for t in range(steps):
+        c_new, m_new = step(weights, x[t], c, m, **options)
+        live = (t < lengths)[:, None]
+        c = np.where(live, c_new, c)
+        m = np.where(live, m_new, m)
+        outputs.append(np.where(live, m_new, 0.0))
+    depth = m.shape[1]
+    out = np.stack(outputs) if outputs else np.zeros((0, batch, depth))
+    return out, c, m
