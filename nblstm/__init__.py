@@ -3,11 +3,14 @@
 The functional API (:func:`block_lstm`, :func:`block_lstm_grad`,
 :func:`lstm_block_cell`, :func:`lstm_block_cell_grad`) runs NumPy arrays on
 the CPU and GPU arrays on the GPU; :mod:`nblstm.raw_ops` has the same ops
-with TensorFlow's exact signatures. Importing nblstm compiles nothing and
+with TensorFlow's exact signatures; :class:`LSTMCell` is TensorFlow's TF1
+cell API over fused sequence kernels, and :mod:`nblstm.convert` moves weights
+between frameworks. Importing nblstm compiles nothing and
 needs no CUDA driver.
 """
 
-from . import raw_ops
+from . import convert, raw_ops
+from .cell import LSTMCell, LSTMStateTuple
 from .ops import (
     BlockLSTMGradOutput,
     BlockLSTMOutput,
@@ -26,7 +29,10 @@ __all__ = [
     "BlockLSTMOutput",
     "LSTMBlockCellGradOutput",
     "LSTMBlockCellOutput",
+    "LSTMCell",
+    "LSTMStateTuple",
     "block_lstm",
+    "convert",
     "block_lstm_grad",
     "lstm_block_cell",
     "lstm_block_cell_grad",
