@@ -1,0 +1,1100 @@
+"""CUDA target: ``@cuda.jit`` kernels and their host drivers.
+
+Imported lazily by :mod:`nblstm.ops` when GPU arrays are seen; importing it
+compiles nothing and needs no driver (every kernel is lazy: no eager
+signatures). The entry points :func:`forward`, :func:`backward`,
+:func:`cell_forward` and :func:`cell_backward` have the signatures of those
+in :mod:`nblstm.cpu`, take arrays that live on a GPU (anything with
+``__cuda_array_interface__``: Numba device arrays, CuPy arrays, PyTorch CUDA
+tensors; the simulator's arrays under ``NUMBA_ENABLE_CUDASIM=1``) and return
+arrays of the caller's kind, with no copy through the host.
+
+How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
+
+- Forward: one tiled shared-memory GEMM computes the input projection of
+  all steps plus the bias, ``xw = x @ w[:I] + b`` (``[S * B, 4H]``). Then
+  each step is one launch of a fused kernel: a block owns a tile of
+  ``_SB`` batch rows by ``_SJ`` hidden units, computes the four gate
+  columns of those units of ``h_{t-1} @ w[I:]`` (its slice of the
+  recurrent GEMM) and runs the gate maths of :mod:`nblstm.spec` on them
+  while they are in registers.
+- Backward: each step is one launch of a fused kernel that computes the
+  carried ``dh = dgates[t + 1] @ w[I:]^T`` for its tile and the gate
+  gradients of :func:`nblstm.spec.backward_unit`. ``x_grad``,
+  ``h_prev_grad`` and ``w_grad`` are large GEMMs after the loop;
+  ``b_grad`` and the peephole gradients are column reductions.
+- A step's tile is a device function (:func:`_kernels` ``forward_tile``,
+  ``backward_tile``) called by the per-step kernels and by persistent
+  kernels that loop over all steps in one cooperative launch with a grid
+  barrier per step (used for small batches, where launches dominate).
+- float16 arrays are cast to float32 on the device, computed in float32
+  and cast back (float16 storage, float32 arithmetic, as on the CPU).
+  Non-contiguous inputs are copied to contiguous ones on the device, so
+  every kernel sees C-contiguous arrays of one compute dtype: few
+  specialisations.
+
+Every kernel and device function is deterministic: no atomics, each output
+element is written by one thread, reductions run in a fixed order.
+"""
+
+import contextlib
+import functools
+import sys
+
+import numpy as np
+from numba import cuda, types
+
+from . import spec
+from .spec import GATE_BLOCKS
+
+try:  # numba-cuda keeps its own configuration module.
+    from numba.cuda.core import config as _cuda_config
+except ImportError:  # pragma: no cover - older numba-cuda
+    from numba import config as _cuda_config
+
+#: True when running in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+SIMULATOR = bool(_cuda_config.ENABLE_CUDASIM)
+
+# Tile sizes. The simulator runs every thread as a Python thread: it gets
+# tiny tiles, which also makes the tiny test shapes span several tiles, so
+# the boundary handling is exercised.
+if SIMULATOR:
+    _GEMM_TX, _GEMM_TY, _GEMM_RM, _GEMM_RN, _GEMM_BK = 2, 2, 2, 2, 2
+    _SJ, _SB, _SK = 2, 2, 3
+    _LINEAR_THREADS = 8
+else:
+    # 256 threads, each a 4 x 4 micro-tile of a 64 x 64 output tile.
+    _GEMM_TX, _GEMM_TY, _GEMM_RM, _GEMM_RN, _GEMM_BK = 16, 16, 4, 4, 16
+    # Step kernels: 128 threads, 32 hidden units x 4 batch rows, K tiles of 32.
+    _SJ, _SB, _SK = 32, 4, 32
+    _LINEAR_THREADS = 256
+_GEMM_BM = _GEMM_TY * _GEMM_RM
+_GEMM_BN = _GEMM_TX * _GEMM_RN
+
+#: When to use the persistent (cooperative, one launch for all steps)
+#: kernels: ``"auto"`` (batch at most :data:`PERSISTENT_MAX_BATCH` and the
+#: tiles fit in one cooperative grid), ``True`` (whenever possible) or
+#: ``False`` (never).
+PERSISTENT = "auto"
+PERSISTENT_MAX_BATCH = 16
+
+_COMPUTE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+# ---------------------------------------------------------------------------
+# Kernels that need no shared memory: generic, specialised lazily on their
+# argument types.
+
+
+@cuda.jit
+def _fill(out, value):
+    """``out[:] = value``; ``out: [N]`` C-contiguous."""
+    for k in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[k] = value
+
+
+@cuda.jit
+def _copy1(src, dst):
+    """``dst[:] = src`` with a cast; ``src, dst: [N]``, any strides."""
+    for k in range(cuda.grid(1), dst.shape[0], cuda.gridsize(1)):
+        dst[k] = src[k]
+
+
+@cuda.jit
+def _copy2(src, dst):
+    """``dst[:, :] = src`` with a cast; ``src, dst: [N0, N1]``, any strides."""
+    n1 = dst.shape[1]
+    for k in range(cuda.grid(1), dst.shape[0] * n1, cuda.gridsize(1)):
+        dst[k // n1, k % n1] = src[k // n1, k % n1]
+
+
+@cuda.jit
+def _copy3(src, dst):
+    """``dst[:, :, :] = src`` with a cast; ``src, dst: [N0, N1, N2]``, any strides."""
+    n1 = dst.shape[1]
+    n2 = dst.shape[2]
+    for k in range(cuda.grid(1), dst.shape[0] * n1 * n2, cuda.gridsize(1)):
+        a = k // (n1 * n2)
+        r = k % (n1 * n2)
+        dst[a, r // n2, r % n2] = src[a, r // n2, r % n2]
+
+
+@cuda.jit
+def _column_sums(m, out, zero):
+    """``out[n] = sum_r m[r, n]``; ``m: [R, N]``, ``out: [N]``, ``zero`` of their dtype.
+
+    One thread per column, rows summed in order: deterministic, and the
+    reads of a warp are coalesced along the row.
+    """
+    n = cuda.grid(1)
+    if n < out.shape[0]:
+        s = zero
+        for r in range(m.shape[0]):
+            s += m[r, n]
+        out[n] = s
+
+
+@cuda.jit
+def _peephole_grads(steps, cs_prev, cs_, dgates, bi, bf, bo, zero, wci_grad, wcf_grad, wco_grad):
+    """Peephole weight gradients summed over steps and batch.
+
+    Parameters
+    ----------
+    steps : int
+        ``S``, the number of steps computed.
+    cs_prev : [B, H] array
+    cs_ : [T, B, H] array, T >= S
+        Forward cell states.
+    dgates : [S, B, 4H] array
+        Gradients of the gate pre-activations, caller's layout.
+    bi, bf, bo : int
+        Gate block index of i, f and o in the layout.
+    zero : scalar of the compute dtype
+    wci_grad, wcf_grad, wco_grad : [H] arrays
+        Outputs: ``sum di * c_prev``, ``sum df * c_prev``, ``sum do * cs``.
+    """
+    j = cuda.grid(1)
+    batch, units = cs_prev.shape
+    if j < units:
+        si = zero
+        sf = zero
+        so = zero
+        for t in range(steps):
+            for b in range(batch):
+                c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+                si += dgates[t, b, bi * units + j] * c_prev
+                sf += dgates[t, b, bf * units + j] * c_prev
+                so += dgates[t, b, bo * units + j] * cs_[t, b, j]
+        wci_grad[j] = si
+        wcf_grad[j] = sf
+        wco_grad[j] = so
+
+
+# ---------------------------------------------------------------------------
+# Kernels with shared memory: shared and local arrays need their dtype at
+# compile time, so these are built per compute dtype by a factory (still
+# lazy: nothing compiles until the first launch).
+
+
+@functools.cache
+def _kernels(dtype):
+    """The shared-memory kernels and device functions for one compute dtype.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        float32 or float64.
+
+    Returns
+    -------
+    types.SimpleNamespace
+        ``gemm``, ``forward_tile``, ``forward_step``, ``forward_persistent``,
+        ``backward_tile``, ``backward_step``, ``backward_persistent``.
+    """
+    import types as pytypes
+
+    dt = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}[np.dtype(dtype)]
+    tx_, ty_, rm_, rn_, bk_ = _GEMM_TX, _GEMM_TY, _GEMM_RM, _GEMM_RN, _GEMM_BK
+    bm_, bn_ = _GEMM_BM, _GEMM_BN
+    nthreads_gemm = tx_ * ty_
+    sj_, sb_, sk_ = _SJ, _SB, _SK
+    nthreads_step = sj_ * sb_
+    # Shapes of shared arrays must be compile-time constants: computed here,
+    # not in device code (where ``4 * sj_`` would be a run-time int64).
+    gate_cols_ = 4 * sj_
+    sk_pad_ = sk_ + 1
+
+    @cuda.jit
+    def gemm(a, b, c, bias, trans_a, trans_b, accumulate, use_bias):
+        """``c = op(a) @ op(b) [+ bias] [+ c]``, tiled in shared memory.
+
+        Parameters
+        ----------
+        a : [M, K] array, or [K, M] when ``trans_a``
+        b : [K, N] array, or [N, K] when ``trans_b``
+        c : [M, N] array
+            Output (read too when ``accumulate``).
+        bias : [N] array
+            Added when ``use_bias`` (any array otherwise).
+        trans_a, trans_b, accumulate, use_bias : bool
+
+        Launch with ``(ceil(N / BN), ceil(M / BM))`` blocks of
+        ``(TX, TY)`` threads; each thread owns an ``RM x RN`` micro-tile,
+        strided by ``TY`` rows and ``TX`` columns so that neighbouring
+        threads read neighbouring shared-memory words.
+        """
+        m_total, n_total = c.shape
+        k_total = a.shape[0] if trans_a else a.shape[1]
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * tx_ + tx
+        m0 = cuda.blockIdx.y * bm_
+        n0 = cuda.blockIdx.x * bn_
+        a_s = cuda.shared.array((bk_, bm_), dt)
+        b_s = cuda.shared.array((bk_, bn_), dt)
+        acc = cuda.local.array((rm_, rn_), dt)
+        zero = dt(0.0)
+        for r in range(rm_):
+            for s in range(rn_):
+                acc[r, s] = zero
+        for k0 in range(0, k_total, bk_):
+            # Each load loop walks the stored array's contiguous axis with
+            # consecutive threads (coalesced global reads).
+            for e in range(tid, bm_ * bk_, nthreads_gemm):
+                if trans_a:
+                    kk = e // bm_
+                    mm = e % bm_
+                else:
+                    mm = e // bk_
+                    kk = e % bk_
+                if m0 + mm < m_total and k0 + kk < k_total:
+                    a_s[kk, mm] = a[k0 + kk, m0 + mm] if trans_a else a[m0 + mm, k0 + kk]
+                else:
+                    a_s[kk, mm] = zero
+            for e in range(tid, bk_ * bn_, nthreads_gemm):
+                if trans_b:
+                    nn = e // bk_
+                    kk = e % bk_
+                else:
+                    kk = e // bn_
+                    nn = e % bn_
+                if n0 + nn < n_total and k0 + kk < k_total:
+                    b_s[kk, nn] = b[n0 + nn, k0 + kk] if trans_b else b[k0 + kk, n0 + nn]
+                else:
+                    b_s[kk, nn] = zero
+            cuda.syncthreads()
+            for kk in range(bk_):
+                for r in range(rm_):
+                    av = a_s[kk, ty + r * ty_]
+                    for s in range(rn_):
+                        acc[r, s] += av * b_s[kk, tx + s * tx_]
+            cuda.syncthreads()
+        for r in range(rm_):
+            m = m0 + ty + r * ty_
+            if m < m_total:
+                for s in range(rn_):
+                    n = n0 + tx + s * tx_
+                    if n < n_total:
+                        value = acc[r, s]
+                        if use_bias:
+                            value += bias[n]
+                        if accumulate:
+                            value += c[m, n]
+                        c[m, n] = value
+
+    @cuda.jit(device=True)
+    def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip,
+                     use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_):
+        """Step ``t`` of the tile ``(jt, bt)``: ``_SB`` batch rows by ``_SJ`` units.
+
+        Thread ``(tx, ty)`` owns unit ``j = jt * SJ + tx`` of batch row
+        ``b = bt * SB + ty``: it accumulates that unit's four gate columns of
+        ``h_{t-1} @ w_rec`` over shared-memory K tiles, adds ``xw[t]`` and
+        runs :func:`nblstm.spec.forward_unit`. Every thread of the block must
+        call this (it synchronises the block).
+
+        Parameters
+        ----------
+        t, jt, bt : int
+        xw : [S, B, 4H] array
+            Input projections plus bias, caller's layout.
+        cs_prev, h_prev : [B, H] arrays
+        w_rec : [H, 4H] array
+            Recurrent weights (rows ``I..I+H-1`` of ``w``).
+        wci, wcf, wco : [H] arrays
+        one, forget_bias, cell_clip : scalars of the compute dtype
+        use_peephole : bool
+        bi, bc, bf, bo : int
+            Gate block index of i, ci, f and o in the layout.
+        i_, cs_, f_, o_, ci_, co_, h_ : [T, B, H] arrays
+            Outputs; step ``t - 1`` of ``cs_`` and ``h_`` is read.
+        """
+        batch, units = cs_prev.shape
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * sj_ + tx
+        j = jt * sj_ + tx
+        b = bt * sb_ + ty
+        h_s = cuda.shared.array((sb_, sk_), dt)
+        w_s = cuda.shared.array((sk_, gate_cols_), dt)
+        zero = one - one
+        acc_i = zero
+        acc_c = zero
+        acc_f = zero
+        acc_o = zero
+        for k0 in range(0, units, sk_):
+            for e in range(tid, sb_ * sk_, nthreads_step):
+                r = e // sk_
+                kk = k0 + e % sk_
+                bb = bt * sb_ + r
+                value = zero
+                if bb < batch and kk < units:
+                    value = h_prev[bb, kk] if t == 0 else h_[t - 1, bb, kk]
+                h_s[r, e % sk_] = value
+            # w_s[kk, g * SJ + u] = w_rec[k0 + kk, block_g * H + jt * SJ + u],
+            # gates g in the order i, ci, f, o.
+            for e in range(tid, sk_ * 4 * sj_, nthreads_step):
+                kk = e // (4 * sj_)
+                rest = e % (4 * sj_)
+                g = rest // sj_
+                jj = jt * sj_ + rest % sj_
+                block = bi if g == 0 else (bc if g == 1 else (bf if g == 2 else bo))
+                value = zero
+                if k0 + kk < units and jj < units:
+                    value = w_rec[k0 + kk, block * units + jj]
+                w_s[kk, rest] = value
+            cuda.syncthreads()
+            for kk in range(sk_):
+                hv = h_s[ty, kk]
+                acc_i += hv * w_s[kk, tx]
+                acc_c += hv * w_s[kk, sj_ + tx]
+                acc_f += hv * w_s[kk, 2 * sj_ + tx]
+                acc_o += hv * w_s[kk, 3 * sj_ + tx]
+            cuda.syncthreads()
+        if b < batch and j < units:
+            c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+            i, ci, f, o, cs, co, h = spec.forward_unit(
+                acc_i + xw[t, b, bi * units + j],
+                acc_c + xw[t, b, bc * units + j],
+                acc_f + xw[t, b, bf * units + j],
+                acc_o + xw[t, b, bo * units + j],
+                c_prev, wci[j], wcf[j], wco[j], forget_bias, cell_clip, use_peephole, one,
+            )
+            i_[t, b, j] = i
+            ci_[t, b, j] = ci
+            f_[t, b, j] = f
+            o_[t, b, j] = o
+            cs_[t, b, j] = cs
+            co_[t, b, j] = co
+            h_[t, b, j] = h
+
+    @cuda.jit
+    def forward_step(t, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip, use_peephole,
+                     bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_):
+        """One forward step; grid ``(ceil(H / SJ), ceil(B / SB))``, block ``(SJ, SB)``."""
+        forward_tile(t, cuda.blockIdx.x, cuda.blockIdx.y, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one,
+                     forget_bias, cell_clip, use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_)
+
+    @cuda.jit
+    def forward_persistent(steps, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip,
+                           use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_):
+        """All ``steps`` forward steps in one cooperative launch, block ``(SJ, SB)``.
+
+        Blocks stride over the tiles; a grid barrier separates the steps
+        (step ``t`` reads ``h_[t - 1]`` written by other blocks).
+        """
+        grid = cuda.cg.this_grid()
+        batch, units = cs_prev.shape
+        tiles_j = (units + sj_ - 1) // sj_
+        tiles = tiles_j * ((batch + sb_ - 1) // sb_)
+        for t in range(steps):
+            for tile in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
+                forward_tile(t, tile % tiles_j, tile // tiles_j, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one,
+                             forget_bias, cell_clip, use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_)
+            grid.sync()
+
+    @cuda.jit(device=True)
+    def backward_tile(t, steps, jt, bt, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf,
+                      wco, one, use_peephole, bi, bc, bf, bo, dgates, dc):
+        """Backward step ``t`` of the tile ``(jt, bt)``.
+
+        Thread ``(tx, ty)`` owns unit ``j`` of batch row ``b``: it computes
+        the carried ``dh[b, j] = dgates[t + 1, b, :] @ w_rec[j, :]`` (zero at
+        the last step) over shared-memory K tiles of the 4H gate columns,
+        then :func:`nblstm.spec.backward_unit`. Every thread of the block
+        must call this.
+
+        Parameters
+        ----------
+        t, steps, jt, bt : int
+        cs_prev : [B, H] array
+        i_, cs_, f_, o_, ci_, co_ : [T, B, H] arrays
+            Forward outputs.
+        cs_grad, h_grad : [T, B, H] arrays
+        w_rec : [H, 4H] array
+        wci, wcf, wco : [H] arrays
+        one : scalar of the compute dtype
+        use_peephole : bool
+        bi, bc, bf, bo : int
+        dgates : [S, B, 4H] array
+            Output for step ``t``; step ``t + 1`` is read.
+        dc : [B, H] array
+            Carried cell gradient, updated in place (each element by its
+            own thread).
+        """
+        batch, units = cs_prev.shape
+        gates = 4 * units
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * sj_ + tx
+        j = jt * sj_ + tx
+        b = bt * sb_ + ty
+        g_s = cuda.shared.array((sb_, sk_), dt)
+        # One padding column: thread tx reads row tx, so an odd row length
+        # spreads a warp's reads over the shared-memory banks.
+        w_s = cuda.shared.array((sj_, sk_pad_), dt)
+        zero = one - one
+        acc = zero
+        if t + 1 < steps:
+            for k0 in range(0, gates, sk_):
+                for e in range(tid, sb_ * sk_, nthreads_step):
+                    r = e // sk_
+                    kk = k0 + e % sk_
+                    bb = bt * sb_ + r
+                    value = zero
+                    if bb < batch and kk < gates:
+                        value = dgates[t + 1, bb, kk]
+                    g_s[r, e % sk_] = value
+                for e in range(tid, sj_ * sk_, nthreads_step):
+                    u = e // sk_
+                    kk = k0 + e % sk_
+                    jj = jt * sj_ + u
+                    value = zero
+                    if jj < units and kk < gates:
+                        value = w_rec[jj, kk]
+                    w_s[u, e % sk_] = value
+                cuda.syncthreads()
+                for kk in range(sk_):
+                    acc += g_s[ty, kk] * w_s[tx, kk]
+                cuda.syncthreads()
+        if b < batch and j < units:
+            c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+            di, dci, df, do, dc_prev = spec.backward_unit(
+                h_grad[t, b, j] + acc, cs_grad[t, b, j] + dc[b, j],
+                i_[t, b, j], ci_[t, b, j], f_[t, b, j], o_[t, b, j], co_[t, b, j], c_prev,
+                wci[j], wcf[j], wco[j], use_peephole, one,
+            )
+            dgates[t, b, bi * units + j] = di
+            dgates[t, b, bc * units + j] = dci
+            dgates[t, b, bf * units + j] = df
+            dgates[t, b, bo * units + j] = do
+            dc[b, j] = dc_prev
+
+    @cuda.jit
+    def backward_step(t, steps, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, one,
+                      use_peephole, bi, bc, bf, bo, dgates, dc):
+        """One backward step; grid ``(ceil(H / SJ), ceil(B / SB))``, block ``(SJ, SB)``."""
+        backward_tile(t, steps, cuda.blockIdx.x, cuda.blockIdx.y, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad,
+                      h_grad, w_rec, wci, wcf, wco, one, use_peephole, bi, bc, bf, bo, dgates, dc)
+
+    @cuda.jit
+    def backward_persistent(steps, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, one,
+                            use_peephole, bi, bc, bf, bo, dgates, dc):
+        """All backward steps, ``S - 1 .. 0``, in one cooperative launch, block ``(SJ, SB)``."""
+        grid = cuda.cg.this_grid()
+        batch, units = cs_prev.shape
+        tiles_j = (units + sj_ - 1) // sj_
+        tiles = tiles_j * ((batch + sb_ - 1) // sb_)
+        for step in range(steps):
+            t = steps - 1 - step
+            for tile in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
+                backward_tile(t, steps, tile % tiles_j, tile // tiles_j, cs_prev, i_, cs_, f_, o_, ci_, co_,
+                              cs_grad, h_grad, w_rec, wci, wcf, wco, one, use_peephole, bi, bc, bf, bo, dgates, dc)
+            grid.sync()
+
+    return pytypes.SimpleNamespace(
+        gemm=gemm,
+        forward_tile=forward_tile,
+        forward_step=forward_step,
+        forward_persistent=forward_persistent,
+        backward_tile=backward_tile,
+        backward_step=backward_step,
+        backward_persistent=backward_persistent,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Host side: arrays, streams, devices.
+
+
+class _HostView:
+    """Exposes a ``__cuda_array_interface__`` as ``__array_interface__``.
+
+    Only for the simulator, where "device" memory is host memory: it lets a
+    foreign object's data be viewed by NumPy without a copy.
+    """
+
+    def __init__(self, cai, owner):
+        self.__array_interface__ = {
+            "shape": tuple(cai["shape"]),
+            "typestr": cai["typestr"],
+            "data": (cai["data"][0], False),
+            "strides": cai.get("strides"),
+            "version": 3,
+        }
+        self._owner = owner
+
+
+def _require_gpu():
+    if not cuda.is_available():
+        raise RuntimeError(
+            "GPU arrays (objects with __cuda_array_interface__) were given, but CUDA is not usable here: "
+            "numba.cuda.is_available() is False (no NVIDIA GPU, no driver, or no NVVM). Pass NumPy arrays to "
+            "run on the CPU."
+        )
+
+
+def _device_ordinal(value):
+    """The ordinal of the GPU that holds ``value``'s data, or ``None`` if unknown (empty, simulator)."""
+    if SIMULATOR:
+        return None
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None or not cai["data"][0]:
+        return None
+    try:
+        from cuda.bindings import driver as binding
+        from numba.cuda.cudadrv.driver import driver
+
+        attr = binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        return int(driver.cuPointerGetAttribute(attr, binding.CUdeviceptr(cai["data"][0])))
+    except Exception:  # noqa: BLE001 - an unknown device only skips the check
+        return None
+
+
+def _check_same_device(named):
+    """Raise ``TypeError`` naming the arguments when the arrays are on different GPUs.
+
+    Parameters
+    ----------
+    named : dict
+        ``{name: array or None}``.
+
+    Returns
+    -------
+    int or None
+        The common device ordinal (``None`` when unknown).
+    """
+    by_device = {}
+    for name, value in named.items():
+        if value is not None:
+            ordinal = _device_ordinal(value)
+            if ordinal is not None:
+                by_device.setdefault(ordinal, []).append(name)
+    if len(by_device) > 1:
+        where = "; ".join(f"GPU {d}: {', '.join(names)}" for d, names in sorted(by_device.items()))
+        raise TypeError(f"arrays must all be on one GPU; {where}")
+    return next(iter(by_device), None)
+
+
+@contextlib.contextmanager
+def _on_device(ordinal):
+    """Make the GPU that holds the arrays the current one for the call."""
+    if SIMULATOR or ordinal is None or cuda.get_current_device().id == ordinal:
+        yield
+    else:
+        with cuda.gpus[ordinal]:
+            yield
+
+
+def _as_device(value):
+    """``value`` as a Numba device array (simulator array in the simulator), without a copy."""
+    if value is None or getattr(value, "__cuda_ndarray__", False):
+        return value
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(np.asarray(_HostView(value.__cuda_array_interface__, value)))
+    return cuda.as_cuda_array(value)
+
+
+def _stream(stream, like):
+    """The Numba stream to launch on.
+
+    ``stream`` may be a Numba stream, ``0``, a CuPy or PyTorch stream (their
+    handle is wrapped with ``cuda.external_stream``), or a raw handle. With
+    ``None``, the current stream of CuPy or PyTorch when ``like`` is one of
+    their arrays (so the work is ordered with theirs), else the default stream.
+    """
+    if stream is None:
+        module = type(like).__module__.split(".")[0]
+        if SIMULATOR or module not in ("cupy", "torch"):
+            return 0
+        if module == "cupy":
+            stream = sys.modules["cupy"].cuda.get_current_stream()
+        else:
+            stream = sys.modules["torch"].cuda.current_stream(like.device)
+    if SIMULATOR or stream == 0:
+        return stream
+    for attribute in ("cuda_stream", "ptr"):  # PyTorch, CuPy
+        handle = getattr(stream, attribute, None)
+        if isinstance(handle, int):
+            return cuda.external_stream(handle) if handle else 0
+    if isinstance(stream, int):
+        return cuda.external_stream(stream)
+    return stream
+
+
+def _wrap_like(like, ordinal):
+    """A function returning a result array in the kind of ``like`` (CuPy, PyTorch or Numba)."""
+    module = type(like).__module__.split(".")[0]
+    if not SIMULATOR and module == "cupy":
+        return sys.modules["cupy"].asarray
+    if not SIMULATOR and module == "torch":
+        torch = sys.modules["torch"]
+        device = like.device if ordinal is None else torch.device("cuda", ordinal)
+        return lambda a: torch.as_tensor(a, device=device)
+    return lambda a: a
+
+
+class _Launcher:
+    """Allocation and launches of one call on one stream, in one compute dtype."""
+
+    def __init__(self, dtype, stream):
+        self.dtype = np.dtype(dtype)
+        self.stream = stream
+        self.k = _kernels(self.dtype)
+        self.one = self.dtype.type(1.0)
+
+    def _linear(self, kernel, n, *args):
+        if n > 0:
+            blocks = min(_ceil_div(n, _LINEAR_THREADS), 1024)
+            kernel[blocks, _LINEAR_THREADS, self.stream](*args)
+
+    def empty(self, shape, dtype=None):
+        return cuda.device_array(shape, self.dtype if dtype is None else dtype, stream=self.stream)
+
+    def zeros(self, shape, dtype=None):
+        out = self.empty(shape, dtype)
+        self.fill_zero(out)
+        return out
+
+    def fill_zero(self, out):
+        """Zero a C-contiguous device array (or a C-contiguous slice of one)."""
+        size = int(np.prod(out.shape))
+        if size:
+            flat = out.reshape(size)
+            self._linear(_fill, size, flat, flat.dtype.type(0))
+
+    def copy(self, src, dtype):
+        """A C-contiguous copy of ``src`` in ``dtype`` (a device-side cast)."""
+        shape = tuple(src.shape)
+        dst = self.empty(shape, dtype)
+        kernel = {1: _copy1, 2: _copy2, 3: _copy3}[len(shape)]
+        self._linear(kernel, int(np.prod(shape)), src, dst)
+        return dst
+
+    def prepare(self, value):
+        """``value`` as a C-contiguous device array of the compute dtype (no copy when it is one)."""
+        if value is None:
+            return None
+        value = _as_device(value)
+        if np.dtype(value.dtype) == self.dtype and value.is_c_contiguous():
+            return value
+        return self.copy(value, self.dtype)
+
+    def gemm(self, a, b, c, bias=None, trans_a=False, trans_b=False, accumulate=False):
+        """``c = op(a) @ op(b) [+ bias] [+ c]`` (see :func:`_kernels` ``gemm``)."""
+        m, n = c.shape
+        if m == 0 or n == 0:
+            return
+        grid = (_ceil_div(n, _GEMM_BN), _ceil_div(m, _GEMM_BM))
+        use_bias = bias is not None
+        self.k.gemm[grid, (_GEMM_TX, _GEMM_TY), self.stream](
+            a, b, c, bias if use_bias else c.reshape(m * n), bool(trans_a), bool(trans_b), bool(accumulate), use_bias)
+
+    def column_sums(self, m, out):
+        self._linear(_column_sums, out.shape[0], m, out, self.dtype.type(0))
+
+    def peephole_grads(self, steps, cs_prev, cs_, dgates, blocks, out):
+        units = cs_prev.shape[1]
+        bi, _, bf, bo = blocks
+        self._linear(_peephole_grads, units, steps, cs_prev, cs_, dgates, bi, bf, bo, self.dtype.type(0), *out)
+
+    def persistent_grid(self, kernel, args, batch, units):
+        """Blocks for a persistent launch of ``kernel``, or 0 to use per-step launches."""
+        if PERSISTENT is False or (PERSISTENT == "auto" and batch > PERSISTENT_MAX_BATCH):
+            return 0
+        tiles = _ceil_div(units, _SJ) * _ceil_div(batch, _SB)
+        if SIMULATOR:
+            # The simulator's grid barrier synchronises one block only.
+            return 1
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        limit = compiled.max_cooperative_grid_blocks((_SJ, _SB))
+        if PERSISTENT == "auto" and limit < tiles:
+            return 0
+        return max(1, min(tiles, limit))
+
+
+def _blocks(layout):
+    """Gate block indices ``(i, ci, f, o)`` as Python ints."""
+    return tuple(int(k) for k in GATE_BLOCKS[layout])
+
+
+def _compute_dtype(dtype):
+    """float16 is stored as float16 and computed in float32."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip,
+                    use_peephole, layout):
+    """Whole-sequence forward on prepared device arrays of the compute dtype.
+
+    Parameters
+    ----------
+    run : _Launcher
+    x : [T, B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+    b : [4H] array
+    wci, wcf, wco : [H] arrays
+    seq_len_max : int
+    forget_bias, cell_clip : float
+    use_peephole : bool
+    layout : {"ifco", "icfo"}
+
+    Returns
+    -------
+    list
+        ``[i, cs, f, o, ci, co, h]``, each ``[T, B, H]``, zero past ``seq_len_max``.
+    """
+    steps, batch, inputs = x.shape
+    units = cs_prev.shape[1]
+    outs = [run.empty((steps, batch, units)) for _ in range(7)]
+    for out in outs:
+        run.fill_zero(out[seq_len_max:])
+    if seq_len_max == 0 or batch == 0:
+        return outs
+    s = seq_len_max
+    xw = run.empty((s, batch, 4 * units))
+    run.gemm(x[:s].reshape(s * batch, inputs), w[:inputs], xw.reshape(s * batch, 4 * units), bias=b)
+    dt = run.dtype.type
+    bi, bc, bf, bo = _blocks(layout)
+    w_rec = w[inputs:]
+    args = (xw, cs_prev, h_prev, w_rec, wci, wcf, wco, run.one, dt(forget_bias), dt(cell_clip), bool(use_peephole),
+            bi, bc, bf, bo, *outs)
+    block = (_SJ, _SB)
+    blocks = run.persistent_grid(run.k.forward_persistent, (s, *args), batch, units)
+    if blocks:
+        run.k.forward_persistent[blocks, block, run.stream](s, *args)
+    else:
+        grid = (_ceil_div(units, _SJ), _ceil_div(batch, _SB))
+        for t in range(s):
+            run.k.forward_step[grid, block, run.stream](t, *args)
+    return outs
+
+
+def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole,
+                        layout):
+    """The time loop of the backward pass on prepared device arrays.
+
+    Parameters
+    ----------
+    run : _Launcher
+    cs_prev : [B, H] array
+    wci, wcf, wco : [H] arrays
+    outputs : sequence of 6 or 7 [T, B, H] arrays
+    cs_grad, h_grad : [T, B, H] arrays
+    seq_len_max : int
+        ``1 <= seq_len_max <= T``, and ``B >= 1``.
+    w_rec : [H, 4H] array
+    use_peephole : bool
+    layout : {"ifco", "icfo"}
+
+    Returns
+    -------
+    tuple
+        ``(dgates [S, B, 4H] in the caller's layout, cs_prev_grad [B, H],
+        wci_grad [H], wcf_grad [H], wco_grad [H])``.
+    """
+    batch, units = cs_prev.shape
+    s = seq_len_max
+    dgates = run.empty((s, batch, 4 * units))
+    dc = run.zeros((batch, units))
+    blocks_layout = _blocks(layout)
+    i_, cs_, f_, o_, ci_, co_ = outputs[:6]
+    args = (cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, run.one, bool(use_peephole),
+            *blocks_layout, dgates, dc)
+    block = (_SJ, _SB)
+    blocks = run.persistent_grid(run.k.backward_persistent, (s, *args), batch, units)
+    if blocks:
+        run.k.backward_persistent[blocks, block, run.stream](s, *args)
+    else:
+        grid = (_ceil_div(units, _SJ), _ceil_div(batch, _SB))
+        for t in range(s - 1, -1, -1):
+            run.k.backward_step[grid, block, run.stream](t, s, *args)
+    peephole_grads = [run.empty(units) for _ in range(3)]
+    if use_peephole:
+        run.peephole_grads(s, cs_prev, cs_, dgates, blocks_layout, peephole_grads)
+    else:
+        for g in peephole_grads:
+            run.fill_zero(g)
+    return (dgates, dc, *peephole_grads)
+
+
+def _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole,
+                     layout):
+    """Whole-sequence backward on prepared device arrays of the compute dtype.
+
+    Returns
+    -------
+    list
+        ``[x_grad [T, B, I], cs_prev_grad [B, H], h_prev_grad [B, H],
+        w_grad [I + H, 4H], wci_grad, wcf_grad, wco_grad [H], b_grad [4H]]``.
+    """
+    steps, batch, inputs = x.shape
+    units = cs_prev.shape[1]
+    gates = 4 * units
+    x_grad = run.empty((steps, batch, inputs))
+    if seq_len_max == 0 or batch == 0:
+        run.fill_zero(x_grad)
+        rest = [run.zeros(shape) for shape in ((batch, units), (batch, units), (inputs + units, gates),
+                                               (units,), (units,), (units,), (gates,))]
+        return [x_grad, *rest]
+    s = seq_len_max
+    run.fill_zero(x_grad[s:])
+    w_rec = w[inputs:]
+    dgates, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
+        run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s, w_rec, use_peephole, layout)
+    dg2 = dgates.reshape(s * batch, gates)
+    # The GEMMs after the loop: x_grad = dG @ w_x^T, h_prev_grad = dG[0] @ w_h^T,
+    # w_grad = [x; h_{t-1}]^T @ dG, b_grad = column sums of dG.
+    run.gemm(dg2, w[:inputs], x_grad[:s].reshape(s * batch, inputs), trans_b=True)
+    h_prev_grad = run.empty((batch, units))
+    run.gemm(dgates[0], w_rec, h_prev_grad, trans_b=True)
+    w_grad = run.empty((inputs + units, gates))
+    run.gemm(x[:s].reshape(s * batch, inputs), dg2, w_grad[:inputs], trans_a=True)
+    run.gemm(h_prev, dgates[0], w_grad[inputs:], trans_a=True)
+    if s > 1:
+        h_ = outputs[6]
+        run.gemm(h_[:s - 1].reshape((s - 1) * batch, units), dgates[1:].reshape((s - 1) * batch, gates),
+                 w_grad[inputs:], trans_a=True, accumulate=True)
+    b_grad = run.empty(gates)
+    run.column_sums(dg2, b_grad)
+    return [x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad]
+
+
+@contextlib.contextmanager
+def _call(named, stream):
+    """Checks and context of one entry-point call.
+
+    Yields ``(run, finish)``: a :class:`_Launcher` in the compute dtype on
+    the resolved stream, and a function that casts a result to the storage
+    dtype and wraps it in the caller's array kind.
+    """
+    _require_gpu()
+    first = named["x"] if named.get("x") is not None else next(v for v in named.values() if v is not None)
+    ordinal = _check_same_device(named)
+    with _on_device(ordinal):
+        storage = np.dtype(_as_device(first).dtype)
+        run = _Launcher(_compute_dtype(storage), _stream(stream, first))
+        wrap = _wrap_like(first, ordinal)
+
+        def finish(a):
+            if np.dtype(a.dtype) != storage:
+                a = run.copy(a, storage)
+            return wrap(a)
+
+        yield run, finish
+
+
+def _peepholes(run, wci, wcf, wco, units):
+    """Zeros stand in for absent peephole weights (they are read only with ``use_peephole``)."""
+    return [run.zeros(units) if p is None else run.prepare(p) for p in (wci, wcf, wco)]
+
+
+# ---------------------------------------------------------------------------
+# Entry points called by nblstm.ops (the same as nblstm.cpu's).
+
+
+def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip, use_peephole, layout,
+            stream=None):
+    """Whole-sequence forward of validated GPU arrays of any supported dtype.
+
+    Parameters
+    ----------
+    x : [T, B, I] GPU array
+    cs_prev, h_prev : [B, H] GPU arrays
+    w : [I + H, 4H] GPU array
+        Gate columns in ``layout``.
+    b : [4H] GPU array
+    wci, wcf, wco : [H] GPU arrays or None
+        ``None`` stands for zeros.
+    seq_len_max : int
+        ``0 <= seq_len_max <= T``.
+    forget_bias, cell_clip : float
+    use_peephole : bool
+    layout : {"ifco", "icfo"}
+    stream : stream, optional
+        A Numba, CuPy or PyTorch stream (default: the current CuPy/PyTorch
+        stream for their arrays, else the default stream).
+
+    Returns
+    -------
+    list
+        ``[i, cs, f, o, ci, co, h]``, each ``[T, B, H]``, dtype of ``x``, the
+        array kind of ``x``; zero past ``seq_len_max``.
+
+    Raises
+    ------
+    RuntimeError
+        CUDA is not usable in this process.
+    TypeError
+        The arrays are on different GPUs.
+    """
+    named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "b": b, "wci": wci, "wcf": wcf, "wco": wco}
+    with _call(named, stream) as (run, finish):
+        x, cs_prev, h_prev, w, b = (run.prepare(a) for a in (x, cs_prev, h_prev, w, b))
+        wci, wcf, wco = _peepholes(run, wci, wcf, wco, cs_prev.shape[1])
+        outs = _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip,
+                               use_peephole, layout)
+        return [finish(o) for o in outs]
+
+
+def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole, layout,
+             stream=None):
+    """Whole-sequence backward of validated GPU arrays of any supported dtype.
+
+    Parameters
+    ----------
+    x : [T, B, I] GPU array
+    cs_prev, h_prev : [B, H] GPU arrays
+    w : [I + H, 4H] GPU array
+    wci, wcf, wco : [H] GPU arrays or None
+    outputs : sequence of 7 [T, B, H] GPU arrays
+        Forward outputs ``i, cs, f, o, ci, co, h``.
+    cs_grad, h_grad : [T, B, H] GPU arrays or None
+        ``None`` stands for zeros.
+    seq_len_max : int
+    use_peephole : bool
+    layout : {"ifco", "icfo"}
+    stream : stream, optional
+
+    Returns
+    -------
+    list
+        ``[x_grad [T, B, I], cs_prev_grad [B, H], h_prev_grad [B, H],
+        w_grad [I + H, 4H], wci_grad, wcf_grad, wco_grad [H], b_grad [4H]]``
+        in the dtype and array kind of ``x``.
+
+    Raises
+    ------
+    RuntimeError, TypeError
+        As :func:`forward`.
+    """
+    names = ("i", "cs", "f", "o", "ci", "co", "h")
+    named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "wci": wci, "wcf": wcf, "wco": wco,
+             **dict(zip(names, outputs, strict=False)), "cs_grad": cs_grad, "h_grad": h_grad}
+    with _call(named, stream) as (run, finish):
+        steps, batch, _ = x.shape
+        x, cs_prev, h_prev, w = (run.prepare(a) for a in (x, cs_prev, h_prev, w))
+        units = cs_prev.shape[1]
+        wci, wcf, wco = _peepholes(run, wci, wcf, wco, units)
+        outputs = [run.prepare(a) for a in outputs]
+        cs_grad, h_grad = (run.zeros((steps, batch, units)) if g is None else run.prepare(g)
+                           for g in (cs_grad, h_grad))
+        grads = _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max,
+                                 use_peephole, layout)
+        return [finish(g) for g in grads]
+
+
+def cell_forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, stream=None):
+    """One step (LSTMBlockCell) of validated GPU arrays.
+
+    ``x: [B, I]``; the other parameters as :func:`forward`. Returns the seven
+    ``[B, H]`` outputs ``[i, cs, f, o, ci, co, h]``.
+    """
+    named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "b": b, "wci": wci, "wcf": wcf, "wco": wco}
+    with _call(named, stream) as (run, finish):
+        x, cs_prev, h_prev, w, b = (run.prepare(a) for a in (x, cs_prev, h_prev, w, b))
+        batch, inputs = x.shape
+        wci, wcf, wco = _peepholes(run, wci, wcf, wco, cs_prev.shape[1])
+        outs = _forward_device(run, x.reshape(1, batch, inputs), cs_prev, h_prev, w, b, wci, wcf, wco, 1,
+                               forget_bias, cell_clip, use_peephole, layout)
+        return [finish(o[0]) for o in outs]
+
+
+def cell_backward(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, w, use_peephole, layout, stream=None):
+    """Elementwise backward of one step (LSTMBlockCellGrad) of validated GPU arrays.
+
+    Parameters
+    ----------
+    cs_prev : [B, H] GPU array
+    wci, wcf, wco : [H] GPU arrays or None
+    outputs : sequence of 6 [B, H] GPU arrays
+        ``i, cs, f, o, ci, co`` of the step.
+    cs_grad, h_grad : [B, H] GPU arrays or None
+        Total gradients of the step's ``cs`` and ``h``.
+    w : [I + H, 4H] GPU array
+        Weights; only the recurrent rows are read (and only for the shape).
+    use_peephole : bool
+    layout : {"ifco", "icfo"}
+    stream : stream, optional
+
+    Returns
+    -------
+    list
+        ``[cs_prev_grad [B, H], dgates [B, 4H], wci_grad, wcf_grad, wco_grad [H]]``.
+    """
+    names = ("i", "cs", "f", "o", "ci", "co")
+    named = {"cs_prev": cs_prev, "wci": wci, "wcf": wcf, "wco": wco, **dict(zip(names, outputs, strict=False)),
+             "cs_grad": cs_grad, "h_grad": h_grad, "w": w}
+    with _call(named, stream) as (run, finish):
+        cs_prev, w = run.prepare(cs_prev), run.prepare(w)
+        batch, units = cs_prev.shape
+        wci, wcf, wco = _peepholes(run, wci, wcf, wco, units)
+        outputs = [run.prepare(a).reshape(1, batch, units) for a in outputs[:6]]
+        cs_grad, h_grad = (run.zeros((1, batch, units)) if g is None else run.prepare(g).reshape(1, batch, units)
+                           for g in (cs_grad, h_grad))
+        w_rec = w[w.shape[0] - units:]
+        if batch == 0:
+            grads = [run.zeros((batch, units)), run.zeros((batch, 4 * units)), *(run.zeros(units) for _ in range(3))]
+        else:
+            dgates, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
+                run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, 1, w_rec, use_peephole, layout)
+            grads = [dc, dgates[0], wci_grad, wcf_grad, wco_grad]
+        return [finish(g) for g in grads]
+
+
+# Kept for the PTX checks: every kernel with the argument types it is launched with.
+def kernel_signatures(dtype):
+    """``[(name, python function, signature)]`` of every kernel for one storage dtype.
+
+    Used by the compile-only checks (``numba.cuda.compile_ptx``). For
+    float16 these are the storage-cast kernels; for float32 and float64
+    every kernel.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        float16, float32 or float64.
+    """
+    dtype = np.dtype(dtype)
+    nt = {np.dtype(np.float16): types.float16, np.dtype(np.float32): types.float32,
+          np.dtype(np.float64): types.float64}[dtype]
+    a1, a2, a3 = (types.Array(nt, n, "C") for n in (1, 2, 3))
+    sigs = []
+    if dtype == np.float16:
+        f32 = [types.Array(types.float32, n, "C") for n in (1, 2, 3)]
+        anyf16 = [types.Array(nt, n, "A") for n in (1, 2, 3)]
+        for name, kernel in (("copy1", _copy1), ("copy2", _copy2), ("copy3", _copy3)):
+            n = int(name[-1]) - 1
+            sigs.append((f"{name}_f16_to_f32", kernel.py_func, (anyf16[n], f32[n])))
+            sigs.append((f"{name}_f32_to_f16", kernel.py_func, (f32[n], types.Array(nt, n + 1, "C"))))
+        sigs.append(("fill", _fill.py_func, (a1, nt)))
+        return sigs
+    k = _kernels(dtype)
+    i64, b1 = types.int64, types.boolean
+    step_common = (a3, a2, a2, a2, a1, a1, a1, nt, nt, nt, b1, i64, i64, i64, i64, a3, a3, a3, a3, a3, a3, a3)
+    back_common = (a2, a3, a3, a3, a3, a3, a3, a3, a3, a2, a1, a1, a1, nt, b1, i64, i64, i64, i64, a3, a2)
+    sigs += [
+        ("fill", _fill.py_func, (a1, nt)),
+        ("copy1", _copy1.py_func, (types.Array(nt, 1, "A"), a1)),
+        ("copy2", _copy2.py_func, (types.Array(nt, 2, "A"), a2)),
+        ("copy3", _copy3.py_func, (types.Array(nt, 3, "A"), a3)),
+        ("column_sums", _column_sums.py_func, (a2, a1, nt)),
+        ("peephole_grads", _peephole_grads.py_func, (i64, a2, a3, a3, i64, i64, i64, nt, a1, a1, a1)),
+        ("gemm", k.gemm.py_func, (a2, a2, a2, a1, b1, b1, b1, b1)),
+        ("forward_step", k.forward_step.py_func, (i64, *step_common)),
+        ("forward_persistent", k.forward_persistent.py_func, (i64, *step_common)),
+        ("backward_step", k.backward_step.py_func, (i64, i64, *back_common)),
+        ("backward_persistent", k.backward_persistent.py_func, (i64, *back_common)),
+    ]
+    return sigs
+
+
+__all__ = ["forward", "backward", "cell_forward", "cell_backward", "kernel_signatures", "SIMULATOR"]
