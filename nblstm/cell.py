@@ -23,7 +23,6 @@ import numpy as np
 
 from . import _validate as v
 from . import convert
-from .spec import ACTIVATIONS, SELU_ALPHA, SELU_SCALE
 
 __all__ = ["LSTMCell", "LSTMStateTuple", "Activation", "ACTIVATION_NAMES"]
 
@@ -33,8 +32,12 @@ LSTMStateTuple.__doc__ = """State of an :class:`LSTMCell`: ``c [B, H]`` (cell) a
 Keras orders the same state ``[h, c]`` and PyTorch ``(h0, c0)``.
 """
 
-#: Activation names accepted by :class:`LSTMCell` (Keras names).
-ACTIVATION_NAMES = tuple(ACTIVATIONS)
+#: Activation names accepted by :class:`LSTMCell` (Keras names), in the order of their codes in
+#: ``nblstm.spec.ACTIVATIONS`` (which this module imports only when needed: it imports numba).
+ACTIVATION_NAMES = ("tanh", "relu", "sigmoid", "elu", "softsign", "softplus", "selu", "linear")
+# SELU's constants (Klambauer et al., 2017), as in Keras and nblstm.spec.
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
 
 _WEIGHT_ORDER = ("kernel", "bias", "w_f_diag", "w_i_diag", "w_o_diag", "projection/kernel")
 _ALLOWED_KWARGS = ("trainable",)
@@ -51,7 +54,7 @@ _NUMPY_ACTIVATIONS = {
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
     "softsign": lambda x: x / (1 + np.abs(x)),
     "softplus": lambda x: np.logaddexp(0, x),
-    "selu": lambda x: SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * np.expm1(np.minimum(x, 0))),
+    "selu": lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
     "linear": lambda x: x,
 }
 
@@ -77,10 +80,10 @@ class Activation:
 
     def __init__(self, name):
         key = str(name).lower()
-        if key not in ACTIVATIONS:
+        if key not in ACTIVATION_NAMES:
             raise ValueError(f"activation {name!r} is not supported; expected one of {ACTIVATION_NAMES}")
         self.name = key
-        self.code = ACTIVATIONS[key]
+        self.code = ACTIVATION_NAMES.index(key)
 
     def __call__(self, x):
         return _NUMPY_ACTIVATIONS[self.name](np.asarray(x))
@@ -104,7 +107,7 @@ def _activation(value):
     if isinstance(value, str):
         return Activation(value)
     name = getattr(value, "__name__", None)
-    if callable(value) and isinstance(name, str) and name.lower() in ACTIVATIONS:
+    if callable(value) and isinstance(name, str) and name.lower() in ACTIVATION_NAMES:
         return Activation(name)
     raise ValueError(f"activation {value!r} is not supported: pass one of the names {ACTIVATION_NAMES} "
                      "or an nblstm.cell.Activation")
@@ -873,13 +876,11 @@ class LSTMCell:
         return sequence_length.astype(np.int64)
 
     def _packed_for(self, ct, batch):
-        from .cpu import chunk_bounds
+        from .cpu_cell import PackedWeights, chunk_bounds
 
         key = (ct.str, tuple(chunk_bounds(max(batch, 1), self.num_units)))
         packed = self._packed.get(key)
         if packed is None:
-            from .cpu_cell import PackedWeights
-
             weights = {k: np.ascontiguousarray(a, ct) for k, a in self._weights.items()}
             packed = self._packed[key] = PackedWeights(weights, self.input_depth, batch)
         return packed

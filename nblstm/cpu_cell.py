@@ -30,8 +30,44 @@ import numpy as np
 from numba import njit, prange
 
 from ._blas import single_threaded_blas
-from .cpu import chunk_bounds, packed_columns
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
+
+# Below this many multiply-adds in a step's recurrent GEMM, one thread does
+# the step: a parallel region costs a few microseconds to open.
+_MIN_PARALLEL_STEP_WORK = 32768
+# Fewer columns than this per chunk make thin, inefficient GEMMs.
+_MIN_COLUMNS_PER_CHUNK = 8
+
+
+def chunk_bounds(batch_size, width, num_chunks=None):
+    """Split ``width`` hidden units (or projected columns) into chunks, one per thread.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``bounds: [K + 1]`` int64; chunk ``k`` holds ``bounds[k] .. bounds[k + 1] - 1``.
+    """
+    if num_chunks is None:
+        if batch_size * width * 4 * width < _MIN_PARALLEL_STEP_WORK:
+            num_chunks = 1
+        else:
+            num_chunks = min(numba.get_num_threads(), max(1, width // _MIN_COLUMNS_PER_CHUNK))
+    num_chunks = max(1, min(num_chunks, width))
+    return np.linspace(0, width, num_chunks + 1).round().astype(np.int64)
+
+
+def packed_columns(num_units, bounds):
+    """Column permutation from ICFO to the packed order.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``perm: [4H]`` int64 such that ``kernel[:, perm]`` is packed: chunk
+        ``k`` occupies columns ``4*h0 .. 4*h1 - 1`` as ``[i | j | f | o]``.
+    """
+    perm = [np.arange(block * num_units + h0, block * num_units + h1)
+            for h0, h1 in zip(bounds[:-1], bounds[1:], strict=True) for block in range(4)]
+    return np.concatenate(perm).astype(np.int64)
 
 
 @njit(cache=True)
@@ -379,7 +415,7 @@ class PackedWeights:
         self.dtype, self.units, self.depth, self.input_depth = dtype, units, depth, input_depth
         self.has_proj = proj is not None
         self.bounds = chunk_bounds(max(batch_size, 1), units)
-        self.perm = packed_columns(units, self.bounds, "icfo")
+        self.perm = packed_columns(units, self.bounds)
         kp = kernel[:, self.perm]
         self.w_x = np.ascontiguousarray(kp[:input_depth])  # [I, 4H] packed
         self.w_h = np.ascontiguousarray(kp[input_depth:])  # [P, 4H] packed
