@@ -404,9 +404,11 @@ class PackedWeights:
     input_depth : int
     batch_size : int
         Decides how many chunks (threads) a step uses.
+    num_chunks : int, optional
+        Force the number of chunks (tests use it to run the parallel paths on tiny shapes).
     """
 
-    def __init__(self, weights, input_depth, batch_size):
+    def __init__(self, weights, input_depth, batch_size, num_chunks=None):
         kernel = weights["kernel"]
         dtype = kernel.dtype
         units = kernel.shape[1] // 4
@@ -414,7 +416,7 @@ class PackedWeights:
         depth = units if proj is None else proj.shape[1]
         self.dtype, self.units, self.depth, self.input_depth = dtype, units, depth, input_depth
         self.has_proj = proj is not None
-        self.bounds = chunk_bounds(max(batch_size, 1), units)
+        self.bounds = chunk_bounds(max(batch_size, 1), units, num_chunks)
         self.perm = packed_columns(units, self.bounds)
         kp = kernel[:, self.perm]
         self.w_x = np.ascontiguousarray(kp[:input_depth])  # [I, 4H] packed

@@ -710,3 +710,33 @@ def test_to_block_lstm_matches_cell():
     fused = nblstm.block_lstm(x, state.c, state.h, **args)
     np.testing.assert_allclose(fused.h, outputs, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(fused.cs[-1], final.c, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("num_proj", [None, 4])
+def test_parallel_chunks_match_one_chunk(num_proj):
+    """The multi-chunk (prange) paths agree with the one-chunk path, uneven chunks included."""
+    from nblstm import cpu_cell
+
+    rng = np.random.default_rng(16)
+    cell = make_cell(rng, num_units=5, num_proj=num_proj, use_peepholes=True, cell_clip=0.7, proj_clip=0.3)
+    weights = cell.get_weights()
+    x = rng.standard_normal((T, B, I))
+    depth = cell.output_size
+    c0, m0 = rng.standard_normal((B, 5)), rng.standard_normal((B, depth)) * 0.3
+    lengths = np.array([T, 0, 2], np.int64)
+    d_out = rng.standard_normal((T, B, depth))
+    d_c, d_m = rng.standard_normal((B, 5)), rng.standard_normal((B, depth))
+    results = []
+    for chunks in (1, 2, 3):
+        packed = cpu_cell.PackedWeights(weights, I, B, num_chunks=chunks)
+        assert len(packed.bounds) == chunks + 1
+        saved = cpu_cell.sequence_forward(x, c0, m0, packed, lengths, 1.0, 0.7, 0.3 if num_proj else None, 0)
+        grads = cpu_cell.sequence_backward(saved, packed, d_out, d_c, d_m, 0.7, 0.3 if num_proj else None, 0)
+        results.append((cpu_cell.masked_outputs(saved), *cpu_cell.final_state(saved), *grads[:3], grads[3]))
+    r_out, r_c, r_m = ref.run(weights, x, c0, m0, lengths, **ref_options(cell))
+    np.testing.assert_allclose(results[0][0], r_out, rtol=1e-12, atol=1e-14)
+    for other in results[1:]:
+        for a, b in zip(results[0][:6], other[:6], strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+        for n in weights:
+            np.testing.assert_allclose(other[6][n], results[0][6][n], rtol=1e-12, atol=1e-14, err_msg=n)
