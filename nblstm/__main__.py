@@ -128,6 +128,21 @@ def check(args, out=sys.stdout):
     return 1 if failures else 0
 
 
+def _time_forward_backward(p, repeats):
+    """Median times of a forward call and of a forward plus backward call, in seconds."""
+    x, c0, h0, w, b = (p[k] for k in ("x", "cs_prev", "h_prev", "w", "b"))
+
+    def forward():
+        return ops.block_lstm(x, c0, h0, w, b)
+
+    def both():
+        fwd = forward()
+        ops.block_lstm_grad(x, c0, h0, w, fwd, None, fwd.h)
+
+    both()
+    return _time(forward, repeats), _time(both, repeats)
+
+
 def bench(args, out=sys.stdout):
     """Time forward and forward+backward on a few shapes."""
     if args.target == "cuda":
@@ -140,15 +155,7 @@ def bench(args, out=sys.stdout):
           file=out)
     for steps, batch, inputs, units in shapes:
         p = _problem(np.random.default_rng(0), steps, batch, inputs, units, dtype)
-        x, c0, h0, w, b = (p[k] for k in ("x", "cs_prev", "h_prev", "w", "b"))
-
-        def both():
-            fwd = ops.block_lstm(x, c0, h0, w, b)
-            ops.block_lstm_grad(x, c0, h0, w, fwd, None, fwd.h)
-
-        both()
-        t_fwd = _time(lambda: ops.block_lstm(x, c0, h0, w, b), args.repeats)
-        t_both = _time(both, args.repeats)
+        t_fwd, t_both = _time_forward_backward(p, args.repeats)
         flops = 2.0 * steps * batch * (inputs + units) * 4 * units
         print(f"{steps:4} {batch:4} {inputs:5} {units:5} {t_fwd * 1e3:9.3f} {flops / t_fwd / 1e9:8.1f} "
               f"{t_both * 1e3:11.3f} {3 * flops / t_both / 1e9:8.1f}", file=out)

@@ -2,21 +2,27 @@
 
 How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
 
-- The input projection of all steps, ``x @ w[:I] + b``, is one large GEMM
-  done by NumPy's multi-threaded BLAS before the time loop.
-- The hidden units are split into ``K`` chunks, one per thread. The weight
-  columns are permuted ("packed") so that a chunk's four gate blocks are
-  contiguous: ``[i | ci | f | o]`` of units ``h0..h1``, always in that
-  order, whatever the caller's gate layout. Each step is then one parallel
-  region in which every thread runs a single-threaded GEMM on its slice of the
-  recurrent weights and the gate maths of the same slice while it is in
-  cache; the end of the region is the step's only barrier.
+- Every GEMM runs inside numba's parallel regions as single-threaded BLAS
+  calls on a slice of the work, one per thread. NumPy's multi-threaded BLAS
+  is never called: its threads spin for a long time after each call and
+  would fight numba's threads for the two cores (DESIGN.md measured 40-100x
+  slowdowns from such oversubscription).
+- The input projection of all steps, ``x @ w[:I] + b``, is one GEMM before
+  the time loop, its rows split across threads.
+- The hidden units are split into ``K`` chunks, one per thread. Each chunk's
+  recurrent weights are packed contiguously (``[H, 4 * hk]``, gate blocks
+  ``i | ci | f | o``), so that each step is one parallel region in which a
+  thread runs its recurrent GEMM and then the gate maths of its units while
+  they are in cache; the end of the region is the step's only barrier.
 - Backward keeps only ``dgates @ w_h^T`` in the time loop; ``x_grad`` and the
-  weight gradients are large GEMMs after it.
+  weight gradients are GEMMs after it, split across threads by rows.
+- Kernels use ``error_model="numpy"``: without Python's division-by-zero
+  checks LLVM vectorizes the gate maths (IEEE results, no exceptions).
 
-The kernels run on float32 or float64 arrays; float16 is computed in float32
-by :mod:`nblstm.ops`. Outputs past ``seq_len_max`` are left as the zeros
-they were allocated with.
+Arrays other than the packed recurrent weights keep the caller's gate
+layout; ``gate_cols[g]`` is the first column of gate ``g`` (``i, ci, f, o``).
+The kernels run on float32 or float64 arrays; float16 is computed in float32.
+Outputs past ``seq_len_max`` are left as the zeros they were allocated with.
 """
 
 import numba
@@ -27,10 +33,20 @@ from ._blas import single_threaded_blas
 from .spec import GATE_BLOCKS, backward_unit, forward_unit
 
 # Below this many multiply-adds in a step's recurrent GEMM, one thread does
-# the step: a parallel region costs a few microseconds to open.
+# the step: a parallel region costs microseconds to open.
 _MIN_PARALLEL_STEP_WORK = 32768
 # Fewer hidden units than this per chunk make thin, inefficient GEMMs.
 _MIN_UNITS_PER_CHUNK = 8
+# Row blocks of the large GEMMs below this many multiply-adds run on one thread.
+_MIN_PARALLEL_GEMM_WORK = 1 << 18
+
+_JIT = {"cache": True, "error_model": "numpy"}
+
+
+def _split(count, parts):
+    """``parts + 1`` int64 boundaries splitting ``range(count)`` evenly."""
+    parts = max(1, min(parts, count)) if count else 1
+    return np.linspace(0, count, parts + 1).round().astype(np.int64)
 
 
 def chunk_bounds(batch_size, num_units, num_chunks=None):
@@ -48,32 +64,55 @@ def chunk_bounds(batch_size, num_units, num_chunks=None):
             num_chunks = 1
         else:
             num_chunks = min(numba.get_num_threads(), max(1, num_units // _MIN_UNITS_PER_CHUNK))
-    num_chunks = max(1, min(num_chunks, num_units))
-    return np.linspace(0, num_units, num_chunks + 1).round().astype(np.int64)
+    return _split(num_units, num_chunks)
 
 
-def packed_columns(num_units, bounds, layout):
-    """Column permutation from the caller's gate layout to the packed order.
+def row_bounds(rows, work_per_row):
+    """Split ``rows`` of a large GEMM across threads (one block when the work is small)."""
+    if rows * work_per_row < _MIN_PARALLEL_GEMM_WORK:
+        return _split(rows, 1)
+    return _split(rows, numba.get_num_threads())
 
-    Returns
-    -------
-    numpy.ndarray
-        ``perm: [4H]`` int64, such that ``w[:, perm]`` is packed: chunk ``k``
-        occupies columns ``4*h0 .. 4*h1 - 1`` as ``[i | ci | f | o]``.
+
+def gate_columns(num_units, layout):
+    """``[4]`` int64: first column of the ``i, ci, f, o`` blocks in ``layout``."""
+    return np.array([block * num_units for block in GATE_BLOCKS[layout]], np.int64)
+
+
+def pack_recurrent(w_rec, bounds, gate_cols, transpose):
+    """Pack the recurrent weights ``w_rec: [H, 4H]`` chunk by chunk into one flat array.
+
+    Without ``transpose`` chunk ``k`` is ``[H, 4 * hk]`` with columns
+    ``i | ci | f | o`` of its units (forward); with ``transpose`` it is
+    ``w_rec[h0:h1, :].T``, ``[4H, hk]``, rows in the caller's layout (backward).
     """
-    blocks = GATE_BLOCKS[layout]
-    perm = []
+    parts = []
     for h0, h1 in zip(bounds[:-1], bounds[1:]):
-        for block in blocks:
-            perm.append(np.arange(block * num_units + h0, block * num_units + h1))
-    return np.concatenate(perm).astype(np.int64)
+        if transpose:
+            parts.append(w_rec[h0:h1, :].T.ravel())
+        else:
+            cols = np.concatenate([np.arange(c + h0, c + h1) for c in gate_cols])
+            parts.append(w_rec[:, cols].ravel())
+    return np.concatenate(parts)
 
 
-@njit(cache=True)
-def _forward_chunk(t, h0, h1, xw, cs_prev, h_prev, w_rec, work, wci, wcf, wco, forget_bias, cell_clip,
+@njit(**_JIT)
+def _gemm_rows(a, b, out, rows, r):
+    """``out[rows] = a[rows] @ b`` for row block ``r`` (``rows``: boundaries)."""
+    r0 = rows[r]
+    r1 = rows[r + 1]
+    if r1 > r0:
+        if a.shape[1] == 0:
+            out[r0:r1] = 0
+        else:
+            np.dot(a[r0:r1], b, out[r0:r1])
+
+
+@njit(**_JIT)
+def _forward_chunk(t, h0, h1, xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, forget_bias, cell_clip,
                    use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
     """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths."""
-    batch = xw.shape[1]
+    batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
     hk = h1 - h0
     wk = w_rec[units * 4 * h0:units * 4 * h1].reshape((units, 4 * hk))
@@ -82,71 +121,89 @@ def _forward_chunk(t, h0, h1, xw, cs_prev, h_prev, w_rec, work, wci, wcf, wco, f
         np.dot(h_prev, wk, gk)
     else:
         np.dot(h_[t - 1], wk, gk)
-    col = 4 * h0
+    ci0 = gate_cols[0] + h0
+    cc0 = gate_cols[1] + h0
+    cf0 = gate_cols[2] + h0
+    co0 = gate_cols[3] + h0
     for b in range(batch):
+        g = gk[b]
+        xr = xw[t * batch + b]
+        c_src = cs_prev[b] if t == 0 else cs_[t - 1, b]
+        i_r, cs_r, f_r, o_r, ci_r, co_r, h_r = i_[t, b], cs_[t, b], f_[t, b], o_[t, b], ci_[t, b], co_[t, b], h_[t, b]
         for jj in range(hk):
             j = h0 + jj
-            c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
             i, ci, f, o, cs, co, h = forward_unit(
-                gk[b, jj] + xw[t, b, col + jj],
-                gk[b, hk + jj] + xw[t, b, col + hk + jj],
-                gk[b, 2 * hk + jj] + xw[t, b, col + 2 * hk + jj],
-                gk[b, 3 * hk + jj] + xw[t, b, col + 3 * hk + jj],
-                c_prev, wci[j], wcf[j], wco[j], forget_bias, cell_clip, use_peephole, one,
+                g[jj] + xr[ci0 + jj], g[hk + jj] + xr[cc0 + jj], g[2 * hk + jj] + xr[cf0 + jj],
+                g[3 * hk + jj] + xr[co0 + jj], c_src[j], wci[j], wcf[j], wco[j], forget_bias, cell_clip,
+                use_peephole, one,
             )
-            i_[t, b, j] = i
-            ci_[t, b, j] = ci
-            f_[t, b, j] = f
-            o_[t, b, j] = o
-            cs_[t, b, j] = cs
-            co_[t, b, j] = co
-            h_[t, b, j] = h
+            i_r[j] = i
+            ci_r[j] = ci
+            f_r[j] = f
+            o_r[j] = o
+            cs_r[j] = cs
+            co_r[j] = co
+            h_r[j] = h
 
 
-@njit(parallel=True, cache=True)
-def forward_kernel(xw, cs_prev, h_prev, w_rec, bounds, wci, wcf, wco, forget_bias, cell_clip, use_peephole,
-                   work, i_, cs_, f_, o_, ci_, co_, h_):
-    """Recurrent part of the forward pass, steps ``0 .. xw.shape[0] - 1``.
+@njit(parallel=True, **_JIT)
+def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, gate_cols, wci, wcf, wco, forget_bias,
+                   cell_clip, use_peephole, xw, work, i_, cs_, f_, o_, ci_, co_, h_):
+    """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
     Parameters
     ----------
-    xw : [S, B, 4H] array
-        Packed input projections plus bias of the ``S = seq_len_max`` steps.
+    x2d : [S * B, I] C-contiguous array
+        The inputs of the ``S = seq_len_max`` steps.
+    w_in : [I, 4H] C-contiguous array
+        Input weights (first ``I`` rows of ``w``), caller's layout.
+    bias : [4H] array
     cs_prev, h_prev : [B, H] C-contiguous arrays
     w_rec : [H * 4H] array
-        Packed recurrent weights, chunk after chunk, each chunk a C-ordered
-        ``[H, 4 * hk]`` block.
+        Packed recurrent weights (:func:`pack_recurrent`).
     bounds : [K + 1] int64 array
-        Chunk boundaries (:func:`chunk_bounds`).
+        Hidden-unit chunks (:func:`chunk_bounds`).
+    rows : [R + 1] int64 array
+        Row blocks of the input projection (:func:`row_bounds`).
+    gate_cols : [4] int64 array
+        First column of the ``i, ci, f, o`` blocks (:func:`gate_columns`).
     wci, wcf, wco : [H] arrays
     forget_bias, cell_clip : float
     use_peephole : bool
+    xw : [S * B, 4H] array
+        Workspace: the input projections plus bias.
     work : [B * 4H] array
-        Workspace for the recurrent GEMMs.
-    i_, cs_, f_, o_, ci_, co_, h_ : [T, B, H] arrays, T >= S
+        Workspace of the recurrent GEMMs.
+    i_, cs_, f_, o_, ci_, co_, h_ : [T, B, H] C-contiguous arrays, T >= S
         Outputs, written for the first ``S`` steps.
     """
     one = xw.dtype.type(1.0)
     fb = xw.dtype.type(forget_bias)
     clip = xw.dtype.type(cell_clip)
-    units = cs_prev.shape[1]
+    batch, units = cs_prev.shape
+    steps = x2d.shape[0] // batch
+    for r in prange(rows.shape[0] - 1):
+        _gemm_rows(x2d, w_in, xw, rows, r)
+        for row in range(rows[r], rows[r + 1]):
+            xr = xw[row]
+            for c in range(4 * units):
+                xr[c] += bias[c]
     num_chunks = bounds.shape[0] - 1
-    for t in range(xw.shape[0]):
+    for t in range(steps):
         if num_chunks == 1:
-            _forward_chunk(t, 0, units, xw, cs_prev, h_prev, w_rec, work, wci, wcf, wco, fb, clip,
+            _forward_chunk(t, 0, units, xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, fb, clip,
                            use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         else:
             for k in prange(num_chunks):
-                _forward_chunk(t, bounds[k], bounds[k + 1], xw, cs_prev, h_prev, w_rec, work, wci, wcf, wco,
-                               fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                _forward_chunk(t, bounds[k], bounds[k + 1], xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf,
+                               wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
 
 
-@njit(cache=True)
-def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, dgates, dc, work,
-                    wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
+@njit(**_JIT)
+def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, gate_cols, dgates, dc,
+                    work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
     """Step ``t`` (backwards) of the units ``h0..h1-1``."""
-    batch = cs_prev.shape[0]
-    units = cs_prev.shape[1]
+    batch, units = cs_prev.shape
     hk = h1 - h0
     dhk = work[batch * h0:batch * h1].reshape((batch, hk))
     if t + 1 < dgates.shape[0]:
@@ -154,49 +211,57 @@ def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_gr
         np.dot(dgates[t + 1], wk, dhk)
     else:
         dhk[:] = 0
-    col = 4 * h0
+    ci0 = gate_cols[0] + h0
+    cc0 = gate_cols[1] + h0
+    cf0 = gate_cols[2] + h0
+    co0 = gate_cols[3] + h0
     for b in range(batch):
+        dh_r = dhk[b]
+        dg = dgates[t, b]
+        dc_r = dc[b]
+        c_src = cs_prev[b] if t == 0 else cs_[t - 1, b]
+        i_r, cs_r, f_r, o_r, ci_r, co_r = i_[t, b], cs_[t, b], f_[t, b], o_[t, b], ci_[t, b], co_[t, b]
+        hg_r, cg_r = h_grad[t, b], cs_grad[t, b]
         for jj in range(hk):
             j = h0 + jj
-            c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+            c_prev = c_src[j]
             di, dci, df, do, dc_prev = backward_unit(
-                h_grad[t, b, j] + dhk[b, jj], cs_grad[t, b, j] + dc[b, j],
-                i_[t, b, j], ci_[t, b, j], f_[t, b, j], o_[t, b, j], co_[t, b, j], c_prev,
+                hg_r[j] + dh_r[jj], cg_r[j] + dc_r[j], i_r[j], ci_r[j], f_r[j], o_r[j], co_r[j], c_prev,
                 wci[j], wcf[j], wco[j], use_peephole, one,
             )
-            dgates[t, b, col + jj] = di
-            dgates[t, b, col + hk + jj] = dci
-            dgates[t, b, col + 2 * hk + jj] = df
-            dgates[t, b, col + 3 * hk + jj] = do
-            dc[b, j] = dc_prev
+            dg[ci0 + jj] = di
+            dg[cc0 + jj] = dci
+            dg[cf0 + jj] = df
+            dg[co0 + jj] = do
+            dc_r[j] = dc_prev
             if use_peephole:
                 wci_grad[j] += di * c_prev
                 wcf_grad[j] += df * c_prev
-                wco_grad[j] += do * cs_[t, b, j]
+                wco_grad[j] += do * cs_r[j]
 
 
-@njit(parallel=True, cache=True)
-def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, wci, wcf, wco,
+@njit(parallel=True, **_JIT)
+def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, gate_cols, wci, wcf, wco,
                     use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
-    """Recurrent part of the backward pass, steps ``S - 1 .. 0``.
+    """The time loop of the backward pass, steps ``S - 1 .. 0``.
 
     Parameters
     ----------
-    cs_prev : [B, H] array
-    i_, cs_, f_, o_, ci_, co_ : [T, B, H] arrays
+    cs_prev : [B, H] C-contiguous array
+    i_, cs_, f_, o_, ci_, co_ : [T, B, H] C-contiguous arrays
         Forward outputs (trusted, not recomputed).
-    cs_grad, h_grad : [T, B, H] arrays
+    cs_grad, h_grad : [T, B, H] C-contiguous arrays
         Incoming gradients; steps ``>= S`` are not read.
     w_rec_t : [4H * H] array
-        Packed transposed recurrent weights, chunk after chunk, each a
-        C-ordered ``[4H, hk]`` block (rows in packed gate order).
+        Packed transposed recurrent weights (:func:`pack_recurrent`).
     bounds : [K + 1] int64 array
+    gate_cols : [4] int64 array
     wci, wcf, wco : [H] arrays
     use_peephole : bool
     work : [B * H] array
-        Workspace for ``dgates @ w_h^T``.
+        Workspace of ``dgates @ w_h^T``.
     dgates : [S, B, 4H] array
-        Output: packed gradients of the gate pre-activations.
+        Output: gradients of the gate pre-activations, caller's layout.
     dc : [B, H] array, zero on entry
         Carried cell gradient; on exit ``cs_prev_grad``.
     wci_grad, wcf_grad, wco_grad : [H] arrays, zero on entry
@@ -207,24 +272,50 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     num_chunks = bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
         if num_chunks == 1:
-            _backward_chunk(t, 0, units, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, dgates,
-                            dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad)
+            _backward_chunk(t, 0, units, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, gate_cols,
+                            dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad)
         else:
             for k in prange(num_chunks):
                 _backward_chunk(t, bounds[k], bounds[k + 1], cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                                w_rec_t, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
-                                wco_grad)
+                                w_rec_t, gate_cols, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                                wcf_grad, wco_grad)
 
 
-def _chunks_of(matrix, bounds, transpose):
-    """Flatten the packed column blocks of ``matrix: [H, 4H]`` chunk by chunk."""
-    parts = []
-    for h0, h1 in zip(bounds[:-1], bounds[1:]):
-        if transpose:
-            parts.append(matrix[h0:h1, :].T.ravel())
-        else:
-            parts.append(matrix[:, 4 * h0:4 * h1].ravel())
-    return np.concatenate(parts)
+@njit(parallel=True, **_JIT)
+def weight_grads_kernel(dg2d, w_in_t, w_rec_t, z_t, x_rows, z_rows, x_grad2d, w_grad, b_grad, h_prev_grad):
+    """The GEMMs after the backward loop, split across threads by rows.
+
+    Parameters
+    ----------
+    dg2d : [S * B, 4H] array
+        Gate gradients of all steps.
+    w_in_t : [4H, I] C-contiguous array
+        Transposed input weights.
+    w_rec_t : [4H, H] C-contiguous array
+        Transposed recurrent weights.
+    z_t : [I + H, S * B] C-contiguous array
+        ``[x_t, h_{t-1}]`` of every step, transposed.
+    x_rows, z_rows : int64 arrays
+        Row blocks of ``x_grad2d`` and of ``w_grad``.
+    x_grad2d : [S * B, I] array
+        Output ``dg2d @ w_in_t``.
+    w_grad : [I + H, 4H] array
+        Output ``z_t @ dg2d``.
+    b_grad : [4H] array
+        Output: column sums of ``dg2d``.
+    h_prev_grad : [B, H] array
+        Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
+    """
+    np.dot(dg2d[:h_prev_grad.shape[0]], w_rec_t, h_prev_grad)
+    for r in prange(x_rows.shape[0] - 1):
+        _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, r)
+    for r in prange(z_rows.shape[0] - 1):
+        _gemm_rows(z_t, dg2d, w_grad, z_rows, r)
+    b_grad[:] = 0
+    for row in range(dg2d.shape[0]):
+        dr = dg2d[row]
+        for c in range(dg2d.shape[1]):
+            b_grad[c] += dr[c]
 
 
 def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip, use_peephole, layout):
@@ -256,18 +347,17 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     if seq_len_max == 0 or batch == 0:
         return outs
     bounds = chunk_bounds(batch, units)
-    perm = packed_columns(units, bounds, layout)
-    wp = w[:, perm]
-    xw = x[:seq_len_max].reshape(seq_len_max * batch, inputs) @ wp[:inputs]
-    xw += b[perm]
-    xw = xw.reshape(seq_len_max, batch, 4 * units)
-    w_rec = _chunks_of(wp[inputs:], bounds, transpose=False)
+    gate_cols = gate_columns(units, layout)
+    rows = seq_len_max * batch
+    x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
+    w_rec = pack_recurrent(w[inputs:], bounds, gate_cols, transpose=False)
+    xw = np.empty((rows, 4 * units), dtype)
     work = np.empty(batch * 4 * units, dtype)
-    i_, cs_, f_, o_, ci_, co_, h_ = outs
+    c = np.ascontiguousarray
     with single_threaded_blas():
-        forward_kernel(xw, np.ascontiguousarray(cs_prev), np.ascontiguousarray(h_prev), w_rec, bounds,
-                       np.ascontiguousarray(wci), np.ascontiguousarray(wcf), np.ascontiguousarray(wco),
-                       float(forget_bias), float(cell_clip), bool(use_peephole), work, i_, cs_, f_, o_, ci_, co_, h_)
+        forward_kernel(x2d, c(w[:inputs]), c(b), c(cs_prev), c(h_prev), w_rec, bounds,
+                       row_bounds(rows, inputs * 4 * units), gate_cols, c(wci), c(wcf), c(wco), float(forget_bias),
+                       float(cell_clip), bool(use_peephole), xw, work, *outs)
     return outs
 
 
@@ -299,20 +389,16 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     dc = np.zeros((batch, units), dtype)
     peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
     bounds = chunk_bounds(batch, units)
-    perm = packed_columns(units, bounds, layout)
-    w_rec_t = _chunks_of(w_rec[:, perm], bounds, transpose=True)
+    gate_cols = gate_columns(units, layout)
+    w_rec_t = pack_recurrent(w_rec, bounds, gate_cols, transpose=True)
     dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
     work = np.empty(batch * units, dtype)
-    i_, cs_, f_, o_, ci_, co_ = (np.ascontiguousarray(a) for a in outputs[:6])
+    c = np.ascontiguousarray
+    i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
     with single_threaded_blas():
-        backward_kernel(np.ascontiguousarray(cs_prev), i_, cs_, f_, o_, ci_, co_, np.ascontiguousarray(cs_grad),
-                        np.ascontiguousarray(h_grad), w_rec_t, bounds, np.ascontiguousarray(wci),
-                        np.ascontiguousarray(wcf), np.ascontiguousarray(wco), bool(use_peephole), work, dgates, dc,
-                        *peephole_grads)
-    # Unpack the gate columns back to the caller's layout.
-    unpacked = np.empty_like(dgates)
-    unpacked[..., perm] = dgates
-    return (unpacked, dc, *peephole_grads)
+        backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, gate_cols,
+                        c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
+    return (dgates, dc, *peephole_grads)
 
 
 def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole, layout):
@@ -347,16 +433,21 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
                 *zeros, np.zeros(4 * units, dtype))
     dg, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
         cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout)
-    h_ = outputs[6]
-    dg2 = dg.reshape(seq_len_max * batch, 4 * units)
-    h_prev_grad = dg[0] @ w[inputs:].T
-    x_grad[:seq_len_max] = (dg2 @ w[:inputs].T).reshape(seq_len_max, batch, inputs)
+    rows = seq_len_max * batch
+    dg2d = dg.reshape(rows, 4 * units)
+    # [x_t, h_{t-1}] of every step, transposed: the left operand of w_grad.
+    z_t = np.empty((inputs + units, rows), dtype)
+    z_t[:inputs] = x[:seq_len_max].reshape(rows, inputs).T
+    z_t[inputs:, :batch] = h_prev.T
+    z_t[inputs:, batch:] = outputs[6][:seq_len_max - 1].reshape(rows - batch, units).T
     w_grad = np.empty(w.shape, dtype)
-    w_grad[:inputs] = x[:seq_len_max].reshape(seq_len_max * batch, inputs).T @ dg2
-    w_grad[inputs:] = h_prev.T @ dg[0]
-    if seq_len_max > 1:
-        w_grad[inputs:] += h_[:seq_len_max - 1].reshape(-1, units).T @ dg[1:].reshape(-1, 4 * units)
-    b_grad = dg2.sum(axis=0)
+    b_grad = np.empty(4 * units, dtype)
+    x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
+    h_prev_grad = np.empty((batch, units), dtype)
+    c = np.ascontiguousarray
+    with single_threaded_blas():
+        weight_grads_kernel(dg2d, c(w[:inputs].T), c(w[inputs:].T), z_t, row_bounds(rows, inputs * 4 * units),
+                            row_bounds(inputs + units, rows * 4 * units), x_grad2d, w_grad, b_grad, h_prev_grad)
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)
 
 
