@@ -62,7 +62,13 @@ def _target(kind):
     """The module that runs the kernels for arrays of ``kind`` ("host" or "device")."""
     if kind == "host":
         return importlib.import_module(".cpu", __package__)
-    return importlib.import_module(".cuda", __package__)
+    try:
+        return importlib.import_module(".cuda", __package__)
+    except ImportError as err:  # numba-cuda missing or broken: say what to install
+        raise RuntimeError(
+            f"GPU arrays were given, but the CUDA target cannot be loaded ({err}); install nblstm[cuda] "
+            "(numba-cuda) or pass NumPy arrays to run on the CPU"
+        ) from err
 
 
 def _check_stream(kind, stream):

@@ -1,0 +1,92 @@
+"""Compile-only checks of the CUDA target: no GPU, no driver, no simulator.
+
+Every kernel of :mod:`nblstm.cuda` is compiled to PTX with
+``numba.cuda.compile_ptx`` for several compute capabilities, in every dtype
+it runs in (float16 arrays only meet the storage-cast kernels: they are
+computed in float32). This needs numba-cuda's NVVM (the ``cuda`` extra
+brings it as wheels) but no GPU.
+
+Compiling a kernel that calls a device function (here: the gate maths of
+:mod:`nblstm.spec` and the step tiles) asks the current device for its
+compute capability; without a GPU the test supplies it by patching
+``numba.cuda.dispatcher.get_current_device``.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+cuda = pytest.importorskip("numba.cuda")
+nvrtc = pytest.importorskip("numba.cuda.cudadrv.nvrtc")
+dispatcher = pytest.importorskip("numba.cuda.dispatcher")
+
+from nblstm import cuda as ncuda  # noqa: E402 - after the skips
+
+# sm_70 (Volta) is listed for completeness: CUDA 13 toolkits dropped it, so
+# it is skipped where the installed NVVM cannot target it.
+CCS = [(7, 0), (7, 5), (8, 0), (9, 0)]
+
+
+def _supported(cc):
+    try:
+        return cc in nvrtc.get_supported_ccs()
+    except Exception:  # noqa: BLE001 - no NVRTC/NVVM: nothing compiles
+        return False
+
+
+class _Device:
+    def __init__(self, cc):
+        self.compute_capability = cc
+
+
+@pytest.fixture
+def target_cc(request, monkeypatch):
+    cc = request.param
+    if not _supported(cc):
+        pytest.skip(f"the installed CUDA toolkit cannot target sm_{cc[0]}{cc[1]}")
+    monkeypatch.setattr(dispatcher, "get_current_device", lambda: _Device(cc))
+    return cc
+
+
+@pytest.mark.parametrize("target_cc", CCS, indirect=True, ids=[f"sm_{a}{b}" for a, b in CCS])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_every_kernel_compiles_to_ptx(dtype, target_cc):
+    sigs = ncuda.kernel_signatures(dtype)
+    names = {name for name, _, _ in sigs}
+    if dtype != np.float16:
+        assert {"gemm", "forward_step", "forward_persistent", "backward_step", "backward_persistent",
+                "column_sums", "peephole_grads", "fill"} <= names
+    major, minor = target_cc
+    for name, func, sig in sigs:
+        ptx, _ = cuda.compile_ptx(func, sig, cc=target_cc)
+        assert f".target sm_{major}{minor}" in ptx, name
+        assert ".entry" in ptx, name
+        if dtype == np.float32:
+            # float32 kernels must not be promoted to float64 by a stray literal.
+            assert ".f64" not in ptx, f"{name}: float64 arithmetic in a float32 kernel"
+        if "persistent" in name:
+            assert "cudaCGGetIntrinsicHandle" in ptx or "grid" in ptx.lower(), f"{name}: no grid barrier"
+
+
+def test_no_gpu_is_a_clear_runtime_error():
+    """GPU-looking arrays in a process without a usable GPU raise RuntimeError, not a crash."""
+    if cuda.is_available():
+        pytest.skip("a GPU is usable here")
+    import nblstm
+
+    class FakeGPUArray:
+        def __init__(self, shape):
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (0, False), "version": 3,
+                                             "strides": None}
+
+    args = [FakeGPUArray(s) for s in ((2, 1, 2), (1, 3), (1, 3), (5, 12), (12,))]
+    with pytest.raises(RuntimeError, match="CUDA is not usable"):
+        nblstm.block_lstm(*args)
+
+
+def test_import_nblstm_does_not_import_numba_cuda():
+    code = "import sys, nblstm, nblstm.ops, nblstm.raw_ops; print('numba.cuda' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
