@@ -109,6 +109,16 @@ def _gemm_rows(a, b, out, rows, r):
 
 
 @njit(**_JIT)
+def _input_projection(x2d, w_in, bias, xw, rows, r):
+    """Row block ``r`` of ``xw = x2d @ w_in + bias``."""
+    _gemm_rows(x2d, w_in, xw, rows, r)
+    for row in range(rows[r], rows[r + 1]):
+        xr = xw[row]
+        for c in range(xr.shape[0]):
+            xr[c] += bias[c]
+
+
+@njit(**_JIT)
 def _forward_chunk(t, h0, h1, xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, forget_bias, cell_clip,
                    use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
     """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths."""
@@ -182,12 +192,11 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, gate_c
     clip = xw.dtype.type(cell_clip)
     batch, units = cs_prev.shape
     steps = x2d.shape[0] // batch
-    for r in prange(rows.shape[0] - 1):
-        _gemm_rows(x2d, w_in, xw, rows, r)
-        for row in range(rows[r], rows[r + 1]):
-            xr = xw[row]
-            for c in range(4 * units):
-                xr[c] += bias[c]
+    if rows.shape[0] == 2:  # one block: no parallel region (each costs a barrier)
+        _input_projection(x2d, w_in, bias, xw, rows, 0)
+    else:
+        for r in prange(rows.shape[0] - 1):
+            _input_projection(x2d, w_in, bias, xw, rows, r)
     num_chunks = bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
@@ -307,10 +316,17 @@ def weight_grads_kernel(dg2d, w_in_t, w_rec_t, z_t, x_rows, z_rows, x_grad2d, w_
         Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
     """
     np.dot(dg2d[:h_prev_grad.shape[0]], w_rec_t, h_prev_grad)
-    for r in prange(x_rows.shape[0] - 1):
-        _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, r)
-    for r in prange(z_rows.shape[0] - 1):
-        _gemm_rows(z_t, dg2d, w_grad, z_rows, r)
+    # One block: no parallel region (each costs a barrier).
+    if x_rows.shape[0] == 2:
+        _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, 0)
+    else:
+        for r in prange(x_rows.shape[0] - 1):
+            _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, r)
+    if z_rows.shape[0] == 2:
+        _gemm_rows(z_t, dg2d, w_grad, z_rows, 0)
+    else:
+        for r in prange(z_rows.shape[0] - 1):
+            _gemm_rows(z_t, dg2d, w_grad, z_rows, r)
     b_grad[:] = 0
     for row in range(dg2d.shape[0]):
         dr = dg2d[row]
