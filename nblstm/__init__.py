@@ -10,6 +10,7 @@ needs no CUDA driver.
 """
 
 from . import convert, raw_ops
+from ._warmup import warmup
 from .cell import LSTMCell, LSTMStateTuple
 from .ops import (
     BlockLSTMGradOutput,
@@ -37,5 +38,6 @@ __all__ = [
     "lstm_block_cell",
     "lstm_block_cell_grad",
     "raw_ops",
+    "warmup",
     "__version__",
 ]
