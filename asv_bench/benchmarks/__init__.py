@@ -1,0 +1,1 @@
+"""airspeed velocity benchmarks of nblstm (see ``asv_bench/asv.conf.json``)."""
