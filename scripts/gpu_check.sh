@@ -14,12 +14,12 @@
 #      a table of the largest errors, PyTorch/CuPy round trips when installed;
 #   3. run_bench: forward and forward+backward times on DeepBench-like shapes
 #      (T=25, H in {512, 1024}, B in {1, 16, 64}) next to cuDNN when PyTorch is installed.
-# Logs go to ${NBLSTM_LOG_DIR:-gpu_check_logs}/. Exit status: that of the first failing step.
+# Logs go to ${NBLSTM_LOG_DIR:-$TMPDIR/nblstm_gpu_check}/. Exit status: that of the first failing step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-LOG_DIR=${NBLSTM_LOG_DIR:-gpu_check_logs}
+LOG_DIR=${NBLSTM_LOG_DIR:-${TMPDIR:-/tmp}/nblstm_gpu_check}
 INSTALL_TIMEOUT=${INSTALL_TIMEOUT:-600}
 TEST_TIMEOUT=${TEST_TIMEOUT:-420}
 CHECK_TIMEOUT=${CHECK_TIMEOUT:-300}
