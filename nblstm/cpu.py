@@ -109,19 +109,20 @@ def _gemm_rows(a, b, out, rows, r):
 
 
 @njit(**_JIT)
-def _input_projection(x2d, w_in, bias, xw, rows, r):
-    """Row block ``r`` of ``xw = x2d @ w_in + bias``."""
-    _gemm_rows(x2d, w_in, xw, rows, r)
-    for row in range(rows[r], rows[r + 1]):
-        xr = xw[row]
-        for c in range(xr.shape[0]):
-            xr[c] += bias[c]
+def _input_projection(x2d, w_in, pre, rows, r):
+    """Row block ``r`` of the input projections: ``pre[g][rows] = x2d[rows] @ w_in[g]`` per gate."""
+    for g in range(4):
+        _gemm_rows(x2d, w_in[g], pre[g], rows, r)
 
 
 @njit(**_JIT)
-def _forward_chunk(t, h0, h1, xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, forget_bias, cell_clip,
+def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, forget_bias, cell_clip,
                    use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
-    """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths."""
+    """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths.
+
+    On entry ``i_, ci_, f_, o_`` hold the step's input projections; the gate
+    maths reads them and writes the gates over them.
+    """
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
     hk = h1 - h0
@@ -131,20 +132,19 @@ def _forward_chunk(t, h0, h1, xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, 
         np.dot(h_prev, wk, gk)
     else:
         np.dot(h_[t - 1], wk, gk)
-    ci0 = gate_cols[0] + h0
-    cc0 = gate_cols[1] + h0
-    cf0 = gate_cols[2] + h0
-    co0 = gate_cols[3] + h0
+    bi = bias[gate_cols[0] + h0:gate_cols[0] + h1]
+    bc = bias[gate_cols[1] + h0:gate_cols[1] + h1]
+    bf = bias[gate_cols[2] + h0:gate_cols[2] + h1]
+    bo = bias[gate_cols[3] + h0:gate_cols[3] + h1]
     for b in range(batch):
         g = gk[b]
-        xr = xw[t * batch + b]
         c_src = cs_prev[b] if t == 0 else cs_[t - 1, b]
         i_r, cs_r, f_r, o_r, ci_r, co_r, h_r = i_[t, b], cs_[t, b], f_[t, b], o_[t, b], ci_[t, b], co_[t, b], h_[t, b]
         for jj in range(hk):
             j = h0 + jj
             i, ci, f, o, cs, co, h = forward_unit(
-                g[jj] + xr[ci0 + jj], g[hk + jj] + xr[cc0 + jj], g[2 * hk + jj] + xr[cf0 + jj],
-                g[3 * hk + jj] + xr[co0 + jj], c_src[j], wci[j], wcf[j], wco[j], forget_bias, cell_clip,
+                g[jj] + i_r[j] + bi[jj], g[hk + jj] + ci_r[j] + bc[jj], g[2 * hk + jj] + f_r[j] + bf[jj],
+                g[3 * hk + jj] + o_r[j] + bo[jj], c_src[j], wci[j], wcf[j], wco[j], forget_bias, cell_clip,
                 use_peephole, one,
             )
             i_r[j] = i
@@ -158,16 +158,17 @@ def _forward_chunk(t, h0, h1, xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, 
 
 @njit(parallel=True, **_JIT)
 def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, gate_cols, wci, wcf, wco, forget_bias,
-                   cell_clip, use_peephole, xw, work, i_, cs_, f_, o_, ci_, co_, h_):
+                   cell_clip, use_peephole, work, i_, cs_, f_, o_, ci_, co_, h_):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
     Parameters
     ----------
     x2d : [S * B, I] C-contiguous array
         The inputs of the ``S = seq_len_max`` steps.
-    w_in : [I, 4H] C-contiguous array
-        Input weights (first ``I`` rows of ``w``), caller's layout.
+    w_in : [4, I, H] C-contiguous array
+        Input weights of the gates ``i, ci, f, o``.
     bias : [4H] array
+        Caller's layout.
     cs_prev, h_prev : [B, H] C-contiguous arrays
     w_rec : [H * 4H] array
         Packed recurrent weights (:func:`pack_recurrent`).
@@ -180,31 +181,34 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, gate_c
     wci, wcf, wco : [H] arrays
     forget_bias, cell_clip : float
     use_peephole : bool
-    xw : [S * B, 4H] array
-        Workspace: the input projections plus bias.
     work : [B * 4H] array
         Workspace of the recurrent GEMMs.
     i_, cs_, f_, o_, ci_, co_, h_ : [T, B, H] C-contiguous arrays, T >= S
-        Outputs, written for the first ``S`` steps.
+        Outputs, written for the first ``S`` steps. The input projections
+        are computed into ``i_, ci_, f_, o_`` first: no ``[T, B, 4H]``
+        workspace is needed.
     """
-    one = xw.dtype.type(1.0)
-    fb = xw.dtype.type(forget_bias)
-    clip = xw.dtype.type(cell_clip)
+    one = cs_.dtype.type(1.0)
+    fb = cs_.dtype.type(forget_bias)
+    clip = cs_.dtype.type(cell_clip)
     batch, units = cs_prev.shape
     steps = x2d.shape[0] // batch
+    total = i_.shape[0] * batch
+    pre = (i_.reshape((total, units)), ci_.reshape((total, units)), f_.reshape((total, units)),
+           o_.reshape((total, units)))
     if rows.shape[0] == 2:  # one block: no parallel region (each costs a barrier)
-        _input_projection(x2d, w_in, bias, xw, rows, 0)
+        _input_projection(x2d, w_in, pre, rows, 0)
     else:
         for r in prange(rows.shape[0] - 1):
-            _input_projection(x2d, w_in, bias, xw, rows, r)
+            _input_projection(x2d, w_in, pre, rows, r)
     num_chunks = bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
-            _forward_chunk(t, 0, units, xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, fb, clip,
+            _forward_chunk(t, 0, units, bias, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, fb, clip,
                            use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         else:
             for k in prange(num_chunks):
-                _forward_chunk(t, bounds[k], bounds[k + 1], xw, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf,
+                _forward_chunk(t, bounds[k], bounds[k + 1], bias, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf,
                                wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
 
 
@@ -290,48 +294,96 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
                                 wcf_grad, wco_grad)
 
 
+@njit(**_JIT)
+def _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial, partial_b):
+    """Thread ``k``'s share of the GEMMs after the backward loop.
+
+    ``x_grad2d`` rows ``x_rows[k]..x_rows[k+1]-1``; the contribution of the
+    same rows to ``w_grad[:I]`` and ``b_grad``, and of the rows
+    ``h_rows[k]..h_rows[k+1]-1`` (steps ``t >= 1``, whose previous output is
+    ``h2d[row - B]``) to ``w_grad[I:]``, into ``partial[k]``, ``partial_b[k]``;
+    thread 0 adds step 0, whose previous output is ``h_prev``.
+    """
+    batch = h_prev.shape[0]
+    inputs = x2d.shape[1]
+    p = partial[k]
+    r0, r1 = x_rows[k], x_rows[k + 1]
+    _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, k)
+    if r1 > r0 and inputs > 0:
+        np.dot(x2d[r0:r1].T, dg2d[r0:r1], p[:inputs])
+    else:
+        p[:inputs] = 0
+    pb = partial_b[k]
+    pb[:] = 0
+    for row in range(r0, r1):
+        dr = dg2d[row]
+        for c in range(pb.shape[0]):
+            pb[c] += dr[c]
+    q0, q1 = h_rows[k], h_rows[k + 1]
+    ph = p[inputs:]
+    if q1 > q0:
+        np.dot(h2d[q0 - batch:q1 - batch].T, dg2d[q0:q1], ph)
+    else:
+        ph[:] = 0
+    if k == 0:
+        # dg2d[:B] is step 0, whose previous output is h_prev.
+        first = np.dot(h_prev.T, dg2d[:batch])
+        for row in range(ph.shape[0]):
+            for c in range(ph.shape[1]):
+                ph[row, c] += first[row, c]
+
+
 @njit(parallel=True, **_JIT)
-def weight_grads_kernel(dg2d, w_in_t, w_rec_t, z_t, x_rows, z_rows, x_grad2d, w_grad, b_grad, h_prev_grad):
-    """The GEMMs after the backward loop, split across threads by rows.
+def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, h_rows, x_grad2d, partial, partial_b,
+                        w_grad, b_grad, h_prev_grad):
+    """The GEMMs after the backward loop, split across threads by rows of ``dg2d``.
 
     Parameters
     ----------
+    x2d : [S * B, I] C-contiguous array
+        Inputs of the ``S`` steps.
+    h2d : [T * B, H] C-contiguous array
+        Forward output ``h``; row ``r - B`` is the previous output of row ``r``.
+    h_prev : [B, H] C-contiguous array
     dg2d : [S * B, 4H] array
         Gate gradients of all steps.
     w_in_t : [4H, I] C-contiguous array
         Transposed input weights.
     w_rec_t : [4H, H] C-contiguous array
         Transposed recurrent weights.
-    z_t : [I + H, S * B] C-contiguous array
-        ``[x_t, h_{t-1}]`` of every step, transposed.
-    x_rows, z_rows : int64 arrays
-        Row blocks of ``x_grad2d`` and of ``w_grad``.
+    x_rows : [K + 1] int64 array
+        Row blocks over ``0 .. S * B``.
+    h_rows : [K + 1] int64 array
+        Row blocks over ``B .. S * B``.
     x_grad2d : [S * B, I] array
         Output ``dg2d @ w_in_t``.
+    partial : [K, I + H, 4H] array
+        Workspace: each thread's part of ``w_grad``.
+    partial_b : [K, 4H] array
+        Workspace: each thread's part of ``b_grad``.
     w_grad : [I + H, 4H] array
-        Output ``z_t @ dg2d``.
+        Output ``[x_t, h_{t-1}]^T @ dgates`` summed over steps.
     b_grad : [4H] array
         Output: column sums of ``dg2d``.
     h_prev_grad : [B, H] array
         Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
     """
-    np.dot(dg2d[:h_prev_grad.shape[0]], w_rec_t, h_prev_grad)
-    # One block: no parallel region (each costs a barrier).
-    if x_rows.shape[0] == 2:
-        _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, 0)
+    num_blocks = x_rows.shape[0] - 1
+    if num_blocks == 1:  # no parallel region (each costs a barrier)
+        _weight_grads_block(0, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial, partial_b)
     else:
-        for r in prange(x_rows.shape[0] - 1):
-            _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, r)
-    if z_rows.shape[0] == 2:
-        _gemm_rows(z_t, dg2d, w_grad, z_rows, 0)
-    else:
-        for r in prange(z_rows.shape[0] - 1):
-            _gemm_rows(z_t, dg2d, w_grad, z_rows, r)
-    b_grad[:] = 0
-    for row in range(dg2d.shape[0]):
-        dr = dg2d[row]
-        for c in range(dg2d.shape[1]):
-            b_grad[c] += dr[c]
+        for k in prange(num_blocks):
+            _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial, partial_b)
+    w_grad[:] = partial[0]
+    b_grad[:] = partial_b[0]
+    for k in range(1, num_blocks):
+        pk = partial[k]
+        for row in range(w_grad.shape[0]):
+            for c in range(w_grad.shape[1]):
+                w_grad[row, c] += pk[row, c]
+        for c in range(b_grad.shape[0]):
+            b_grad[c] += partial_b[k, c]
+    np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
 
 
 def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip, use_peephole, layout):
@@ -366,14 +418,15 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     gate_cols = gate_columns(units, layout)
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
+    # [4, I, H]: the input weights of the gates i, ci, f, o.
+    w_in = np.ascontiguousarray(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
     w_rec = pack_recurrent(w[inputs:], bounds, gate_cols, transpose=False)
-    xw = np.empty((rows, 4 * units), dtype)
     work = np.empty(batch * 4 * units, dtype)
     c = np.ascontiguousarray
     with single_threaded_blas():
-        forward_kernel(x2d, c(w[:inputs]), c(b), c(cs_prev), c(h_prev), w_rec, bounds,
-                       row_bounds(rows, inputs * 4 * units), gate_cols, c(wci), c(wcf), c(wco), float(forget_bias),
-                       float(cell_clip), bool(use_peephole), xw, work, *outs)
+        forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, row_bounds(rows, inputs * 4 * units),
+                       gate_cols, c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip), bool(use_peephole),
+                       work, *outs)
     return outs
 
 
@@ -451,19 +504,24 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
         cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout)
     rows = seq_len_max * batch
     dg2d = dg.reshape(rows, 4 * units)
-    # [x_t, h_{t-1}] of every step, transposed: the left operand of w_grad.
-    z_t = np.empty((inputs + units, rows), dtype)
-    z_t[:inputs] = x[:seq_len_max].reshape(rows, inputs).T
-    z_t[inputs:, :batch] = h_prev.T
-    z_t[inputs:, batch:] = outputs[6][:seq_len_max - 1].reshape(rows - batch, units).T
+    x_rows = row_bounds(rows, (2 * inputs + units) * 4 * units)
+    num_blocks = x_rows.shape[0] - 1
+    h_rows = batch + _split(rows - batch, num_blocks)
+    if h_rows.shape[0] != x_rows.shape[0]:  # fewer steps than blocks: no rows for some
+        h_rows = np.full(num_blocks + 1, rows, np.int64)
+        h_rows[0] = batch
+    x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
+    partial = np.empty((num_blocks, inputs + units, 4 * units), dtype)
+    partial_b = np.empty((num_blocks, 4 * units), dtype)
     w_grad = np.empty(w.shape, dtype)
     b_grad = np.empty(4 * units, dtype)
-    x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
     h_prev_grad = np.empty((batch, units), dtype)
     c = np.ascontiguousarray
+    h2d = c(outputs[6]).reshape(steps * batch, units)
     with single_threaded_blas():
-        weight_grads_kernel(dg2d, c(w[:inputs].T), c(w[inputs:].T), z_t, row_bounds(rows, inputs * 4 * units),
-                            row_bounds(inputs + units, rows * 4 * units), x_grad2d, w_grad, b_grad, h_prev_grad)
+        weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg2d, c(w[:inputs].T),
+                            c(w[inputs:].T), x_rows, h_rows, x_grad2d, partial, partial_b, w_grad, b_grad,
+                            h_prev_grad)
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)
 
 
