@@ -7,7 +7,7 @@
 #                                   # numba-cuda already installed (offline machines):
 #                                   # use the checkout through PYTHONPATH instead
 #
-# Steps, each under its own timeout (seconds, overridable):
+# Steps, each under its own timeout (seconds, overridable; NBLSTM_TESTS picks the test paths):
 #   1. tests/cuda on the real GPU: every op and option against the CPU target
 #      and the float64 reference, dispatch rules, PTX compile checks;
 #   2. run_check: every op on the GPU against the CPU target on larger shapes,
@@ -50,7 +50,7 @@ fi
 "$PYTHON" -c "import numba, numba.cuda as c, numpy; print('numba', numba.__version__, '| numpy', numpy.__version__, \
 '| cuda available', c.is_available())" || true
 
-step tests "$TEST_TIMEOUT" "$PYTHON" -m pytest tests/cuda -q -p no:cacheprovider
+step tests "$TEST_TIMEOUT" "$PYTHON" -m pytest ${NBLSTM_TESTS:-tests/cuda} -q -p no:cacheprovider
 step check "$CHECK_TIMEOUT" "$PYTHON" -c "import sys; from nblstm._gpu_check import run_check; sys.exit(run_check())"
 step bench "$BENCH_TIMEOUT" "$PYTHON" -c "import sys; from nblstm._gpu_check import run_bench; sys.exit(run_bench())"
 echo "=== gpu_check: exit status $status"
