@@ -25,6 +25,9 @@ All kernels take the options (activation code, clip bounds, flags) as run-time
 arguments, so there is one compiled kernel per dtype (float32, float64).
 """
 
+import contextlib
+import threading
+
 import numba
 import numpy as np
 from numba import njit, prange
@@ -32,9 +35,37 @@ from numba import njit, prange
 from ._blas import single_threaded_blas
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 
+_numpy_blas = {"controller": None}
+_numpy_blas_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _serial_numpy_blas(work):
+    """Hold NumPy's own BLAS to one thread for small problems (``work`` multiply-adds per step).
+
+    The GEMMs before and after the time loop run in NumPy's BLAS. For small
+    ones, waking its threads costs more than it saves, and far more on busy
+    cores: on this project's shared 2-core machines a small forward and
+    backward (T=16, B=64, H=24) took 10-20 ms with NumPy's BLAS on two threads,
+    2-3 ms on one.
+    """
+    if work >= _MIN_PARALLEL_STEP_WORK:
+        yield
+        return
+    with _numpy_blas_lock:
+        if _numpy_blas["controller"] is None:
+            from threadpoolctl import ThreadpoolController
+
+            _numpy_blas["controller"] = ThreadpoolController()
+    with _numpy_blas["controller"].limit(limits=1, user_api="blas"):
+        yield
+
+
 # Below this many multiply-adds in a step's recurrent GEMM, one thread does
-# the step: a parallel region costs a few microseconds to open.
-_MIN_PARALLEL_STEP_WORK = 32768
+# the step: a parallel region costs a few microseconds to open, and far more
+# when the cores are shared (T=16, B=64, H=24 on 2 busy cores: 1.5 ms forward
+# on one thread, 6-15 ms split in two chunks).
+_MIN_PARALLEL_STEP_WORK = 1 << 18
 # Fewer columns than this per chunk make thin, inefficient GEMMs.
 _MIN_COLUMNS_PER_CHUNK = 8
 
@@ -481,12 +512,12 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
     saved.update(gates=gates, c_raw=c_raw, c=c, ac=ac, r=r, m_raw=m_raw, m=m)
     if steps == 0 or batch == 0:
         return saved
-    xw = x.reshape(steps * batch, inputs) @ packed.w_x
-    xw += packed.bias
-    xw = xw.reshape(steps, batch, 4 * units)
     work = np.empty(batch * 4 * units, dtype)
     proj_work = np.empty(batch * depth, dtype)
-    with single_threaded_blas():
+    with _serial_numpy_blas(batch * (inputs + depth) * 4 * units), single_threaded_blas():
+        xw = x.reshape(steps * batch, inputs) @ packed.w_x
+        xw += packed.bias
+        xw = xw.reshape(steps, batch, 4 * units)
         forward_kernel(xw, c0, m0, packed.w_rec, packed.bounds, packed.w_proj, packed.proj_bounds, lengths,
                        *packed.peepholes, float(forget_bias), 0.0 if cell_clip is None else float(cell_clip),
                        cell_clip is not None, 0.0 if proj_clip is None else float(proj_clip),
@@ -511,6 +542,13 @@ def masked_outputs(saved):
 
 
 def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act):
+    """Whole-sequence backward of the cell (see :func:`_sequence_backward`)."""
+    batch = saved["x"].shape[1]
+    with _serial_numpy_blas(batch * (packed.input_depth + packed.depth) * 4 * packed.units):
+        return _sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
+
+
+def _sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act):
     """Whole-sequence backward of the cell.
 
     Parameters
