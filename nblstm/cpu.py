@@ -19,8 +19,9 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
 - Kernels use ``error_model="numpy"``: without Python's division-by-zero
   checks LLVM vectorizes the gate maths (IEEE results, no exceptions).
 
-Arrays other than the packed recurrent weights keep the caller's gate
-layout; ``gate_cols[g]`` is the first column of gate ``g`` (``i, ci, f, o``).
+Every array keeps the caller's gate layout (the packed recurrent weights
+too, within each chunk); ``blocks[g]`` is the block (0..3) of gate ``g`` in
+the order ``i, ci, f, o``.
 The kernels run on float32 or float64 arrays; float16 is computed in float32.
 Outputs past ``seq_len_max`` are left as the zeros they were allocated with.
 """
@@ -46,7 +47,7 @@ _JIT = {"cache": True, "error_model": "numpy"}
 def _split(count, parts):
     """``parts + 1`` int64 boundaries splitting ``range(count)`` evenly."""
     parts = max(1, min(parts, count)) if count else 1
-    return np.linspace(0, count, parts + 1).round().astype(np.int64)
+    return np.array([(count * k) // parts for k in range(parts + 1)], np.int64)
 
 
 def chunk_bounds(batch_size, num_units, num_chunks=None):
@@ -74,25 +75,28 @@ def row_bounds(rows, work_per_row):
     return _split(rows, numba.get_num_threads())
 
 
-def gate_columns(num_units, layout):
-    """``[4]`` int64: first column of the ``i, ci, f, o`` blocks in ``layout``."""
-    return np.array([block * num_units for block in GATE_BLOCKS[layout]], np.int64)
+def gate_blocks(layout):
+    """``[4]`` int64: the block (0..3) of the gates ``i, ci, f, o`` in ``layout``."""
+    return np.array(GATE_BLOCKS[layout], np.int64)
 
 
-def pack_recurrent(w_rec, bounds, gate_cols, transpose):
-    """Pack the recurrent weights ``w_rec: [H, 4H]`` chunk by chunk into one flat array.
+def pack_recurrent(w_rec, bounds, transpose):
+    """The recurrent weights ``w_rec: [H, 4H]`` as one flat array, chunk by chunk.
 
-    Without ``transpose`` chunk ``k`` is ``[H, 4 * hk]`` with columns
-    ``i | ci | f | o`` of its units (forward); with ``transpose`` it is
-    ``w_rec[h0:h1, :].T``, ``[4H, hk]``, rows in the caller's layout (backward).
+    Without ``transpose`` chunk ``k`` is ``[H, 4 * hk]``: the columns of its
+    units, gate block after gate block in the caller's order (forward); with
+    ``transpose`` it is ``w_rec[h0:h1, :].T``, ``[4H, hk]`` (backward). With a
+    single chunk and no transpose this is ``w_rec`` itself: no copy.
     """
+    units = w_rec.shape[0]
+    if len(bounds) == 2 and not transpose:
+        return np.ascontiguousarray(w_rec).reshape(-1)
     parts = []
     for h0, h1 in zip(bounds[:-1], bounds[1:]):
         if transpose:
             parts.append(w_rec[h0:h1, :].T.ravel())
         else:
-            cols = np.concatenate([np.arange(c + h0, c + h1) for c in gate_cols])
-            parts.append(w_rec[:, cols].ravel())
+            parts.append(w_rec.reshape(units, 4, units)[:, :, h0:h1].ravel())
     return np.concatenate(parts)
 
 
@@ -116,7 +120,7 @@ def _input_projection(x2d, w_in, pre, rows, r):
 
 
 @njit(**_JIT)
-def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, forget_bias, cell_clip,
+def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, forget_bias, cell_clip,
                    use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
     """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths.
 
@@ -132,10 +136,13 @@ def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, gate_cols, work, wci
         np.dot(h_prev, wk, gk)
     else:
         np.dot(h_[t - 1], wk, gk)
-    bi = bias[gate_cols[0] + h0:gate_cols[0] + h1]
-    bc = bias[gate_cols[1] + h0:gate_cols[1] + h1]
-    bf = bias[gate_cols[2] + h0:gate_cols[2] + h1]
-    bo = bias[gate_cols[3] + h0:gate_cols[3] + h1]
+    # Gate g of the chunk's units: columns blocks[g] * hk .. of the chunk's
+    # GEMM result, and blocks[g] * H + h0 .. of the bias.
+    gi, gc, gf, go = blocks[0] * hk, blocks[1] * hk, blocks[2] * hk, blocks[3] * hk
+    bi = bias[blocks[0] * units + h0:blocks[0] * units + h1]
+    bc = bias[blocks[1] * units + h0:blocks[1] * units + h1]
+    bf = bias[blocks[2] * units + h0:blocks[2] * units + h1]
+    bo = bias[blocks[3] * units + h0:blocks[3] * units + h1]
     for b in range(batch):
         g = gk[b]
         c_src = cs_prev[b] if t == 0 else cs_[t - 1, b]
@@ -143,8 +150,8 @@ def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, gate_cols, work, wci
         for jj in range(hk):
             j = h0 + jj
             i, ci, f, o, cs, co, h = forward_unit(
-                g[jj] + i_r[j] + bi[jj], g[hk + jj] + ci_r[j] + bc[jj], g[2 * hk + jj] + f_r[j] + bf[jj],
-                g[3 * hk + jj] + o_r[j] + bo[jj], c_src[j], wci[j], wcf[j], wco[j], forget_bias, cell_clip,
+                g[gi + jj] + i_r[j] + bi[jj], g[gc + jj] + ci_r[j] + bc[jj], g[gf + jj] + f_r[j] + bf[jj],
+                g[go + jj] + o_r[j] + bo[jj], c_src[j], wci[j], wcf[j], wco[j], forget_bias, cell_clip,
                 use_peephole, one,
             )
             i_r[j] = i
@@ -157,7 +164,7 @@ def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, gate_cols, work, wci
 
 
 @njit(parallel=True, **_JIT)
-def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, gate_cols, wci, wcf, wco, forget_bias,
+def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, blocks, wci, wcf, wco, forget_bias,
                    cell_clip, use_peephole, work, i_, cs_, f_, o_, ci_, co_, h_):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
@@ -176,8 +183,8 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, gate_c
         Hidden-unit chunks (:func:`chunk_bounds`).
     rows : [R + 1] int64 array
         Row blocks of the input projection (:func:`row_bounds`).
-    gate_cols : [4] int64 array
-        First column of the ``i, ci, f, o`` blocks (:func:`gate_columns`).
+    blocks : [4] int64 array
+        Gate block of ``i, ci, f, o`` (:func:`gate_blocks`).
     wci, wcf, wco : [H] arrays
     forget_bias, cell_clip : float
     use_peephole : bool
@@ -204,16 +211,16 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, gate_c
     num_chunks = bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
-            _forward_chunk(t, 0, units, bias, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf, wco, fb, clip,
+            _forward_chunk(t, 0, units, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
                            use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         else:
             for k in prange(num_chunks):
-                _forward_chunk(t, bounds[k], bounds[k + 1], bias, cs_prev, h_prev, w_rec, gate_cols, work, wci, wcf,
+                _forward_chunk(t, bounds[k], bounds[k + 1], bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf,
                                wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
 
 
 @njit(**_JIT)
-def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, gate_cols, dgates, dc,
+def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks, dgates, dc,
                     work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
     """Step ``t`` (backwards) of the units ``h0..h1-1``."""
     batch, units = cs_prev.shape
@@ -224,10 +231,10 @@ def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_gr
         np.dot(dgates[t + 1], wk, dhk)
     else:
         dhk[:] = 0
-    ci0 = gate_cols[0] + h0
-    cc0 = gate_cols[1] + h0
-    cf0 = gate_cols[2] + h0
-    co0 = gate_cols[3] + h0
+    ci0 = blocks[0] * units + h0
+    cc0 = blocks[1] * units + h0
+    cf0 = blocks[2] * units + h0
+    co0 = blocks[3] * units + h0
     for b in range(batch):
         dh_r = dhk[b]
         dg = dgates[t, b]
@@ -254,7 +261,7 @@ def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_gr
 
 
 @njit(parallel=True, **_JIT)
-def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, gate_cols, wci, wcf, wco,
+def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, blocks, wci, wcf, wco,
                     use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
     """The time loop of the backward pass, steps ``S - 1 .. 0``.
 
@@ -266,9 +273,10 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     cs_grad, h_grad : [T, B, H] C-contiguous arrays
         Incoming gradients; steps ``>= S`` are not read.
     w_rec_t : [4H * H] array
-        Packed transposed recurrent weights (:func:`pack_recurrent`).
+        Packed transposed recurrent weights (:func:`pack_recurrent`); not
+        read when ``S = 1``.
     bounds : [K + 1] int64 array
-    gate_cols : [4] int64 array
+    blocks : [4] int64 array
     wci, wcf, wco : [H] arrays
     use_peephole : bool
     work : [B * H] array
@@ -285,12 +293,12 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     num_chunks = bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
         if num_chunks == 1:
-            _backward_chunk(t, 0, units, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, gate_cols,
+            _backward_chunk(t, 0, units, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks,
                             dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad)
         else:
             for k in prange(num_chunks):
                 _backward_chunk(t, bounds[k], bounds[k + 1], cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                                w_rec_t, gate_cols, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                                w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
                                 wcf_grad, wco_grad)
 
 
@@ -415,17 +423,16 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     if seq_len_max == 0 or batch == 0:
         return outs
     bounds = chunk_bounds(batch, units)
-    gate_cols = gate_columns(units, layout)
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
     # [4, I, H]: the input weights of the gates i, ci, f, o.
     w_in = np.ascontiguousarray(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
-    w_rec = pack_recurrent(w[inputs:], bounds, gate_cols, transpose=False)
+    w_rec = pack_recurrent(w[inputs:], bounds, transpose=False)
     work = np.empty(batch * 4 * units, dtype)
     c = np.ascontiguousarray
     with single_threaded_blas():
         forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, row_bounds(rows, inputs * 4 * units),
-                       gate_cols, c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip), bool(use_peephole),
+                       gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip), bool(use_peephole),
                        work, *outs)
     return outs
 
@@ -458,14 +465,14 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     dc = np.zeros((batch, units), dtype)
     peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
     bounds = chunk_bounds(batch, units)
-    gate_cols = gate_columns(units, layout)
-    w_rec_t = pack_recurrent(w_rec, bounds, gate_cols, transpose=True)
+    # One step (LSTMBlockCellGrad) has no recurrent GEMM: no weights to pack.
+    w_rec_t = pack_recurrent(w_rec, bounds, transpose=True) if seq_len_max > 1 else np.empty(0, dtype)
     dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
     work = np.empty(batch * units, dtype)
     c = np.ascontiguousarray
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
     with single_threaded_blas():
-        backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, gate_cols,
+        backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, gate_blocks(layout),
                         c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
     return (dgates, dc, *peephole_grads)
 
