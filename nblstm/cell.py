@@ -11,6 +11,13 @@ semantics for per-example lengths, and gives their exact gradients
 
 Arrays follow the cell's names: ``c`` the cell state ``[B, H]``, ``h``
 (TensorFlow's ``m``) the output state ``[B, P]``, ``P = num_proj or H``.
+
+GPU arrays: a cell called with arrays on a GPU (``__cuda_array_interface__``)
+returns its results on the GPU, but computes them with the CPU kernels: the
+arguments are copied to the host and the results back. There are no CUDA
+kernels of the cell yet (the fused ops have them, :mod:`nblstm.cuda`); the
+copies make this correct but not fast. Weight gradients come back as NumPy
+arrays, like :meth:`LSTMCell.get_weights`.
 """
 
 import json
@@ -378,7 +385,6 @@ class LSTMCell:
         self.input_depth = None
         self._weights = None
         self._packed = {}
-        self._device_weights = None
 
     # -- sizes and state -------------------------------------------------------------------------------
 
@@ -500,8 +506,9 @@ class LSTMCell:
 
     def _set(self, weights):
         self._weights = weights
+        # Weights packed for the kernels, per compute dtype and chunking: made
+        # on first use, dropped when the weights change.
         self._packed = {}
-        self._device_weights = None
 
     def get_weights(self):
         """The variables as ``{name: array}`` (copies), in TensorFlow's creation order.
@@ -913,7 +920,7 @@ class LSTMCell:
             if self._dtype is None:
                 self._dtype = dtype
             self.build(info.shape[-1])
-        # The kernels run on the host: GPU arrays are copied (see the module docs of nblstm.cuda_cell).
+        # The kernels run on the host: GPU arrays are copied (see the module docs).
         x = self._host(inputs)
         if len(info.shape) == 2:
             x = x[None]
