@@ -70,6 +70,15 @@ def _tolerance(dtype):
 
 
 def demo(args, out=sys.stdout):
+    """Train an LSTMCell on the adding problem, then check and time the fused ops."""
+    from .demo import train
+
+    status = train(out=out, steps=args.train_steps)
+    print(file=out)
+    return status or ops_demo(args, out)
+
+
+def ops_demo(args, out=sys.stdout):
     """Forward and backward on one shape: check against the float64 reference, then time."""
     steps, batch, inputs, units = args.shape
     dtype = _DTYPES[args.dtype]
@@ -199,7 +208,8 @@ def _cuda_available():
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="nblstm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser("demo", help="forward + backward on one shape, checked and timed")
+    p_demo = sub.add_parser("demo", help="train an LSTMCell, then check and time the fused ops on one shape")
+    p_demo.add_argument("--train-steps", type=int, default=400)
     p_demo.add_argument("--shape", type=int, nargs=4, metavar=("T", "B", "I", "H"), default=[50, 32, 256, 256])
     p_demo.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
     p_demo.add_argument("--repeats", type=int, default=20)
