@@ -712,11 +712,20 @@ class _Launcher:
         if SIMULATOR:
             # The simulator's grid barrier synchronises one block only.
             return 1
-        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-        limit = compiled.max_cooperative_grid_blocks((_SJ, _SB))
+        limit = _cooperative_limit(kernel, tuple(kernel.typeof_pyval(a) for a in args),
+                                   cuda.get_current_device().id)
         if PERSISTENT == "auto" and limit < tiles:
             return 0
         return max(1, min(tiles, limit))
+
+
+@functools.lru_cache(maxsize=64)
+def _cooperative_limit(kernel, argtypes, device_id):
+    """Most blocks of ``(SJ, SB)`` threads one cooperative launch of ``kernel`` may have on ``device_id``.
+
+    Cached: the occupancy query costs more than a launch.
+    """
+    return kernel.compile(argtypes).max_cooperative_grid_blocks((_SJ, _SB))
 
 
 def _blocks(layout):
@@ -773,8 +782,9 @@ def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, f
         run.k.forward_persistent[blocks, block, run.stream](s, *args)
     else:
         grid = (_ceil_div(units, _SJ), _ceil_div(batch, _SB))
+        step = run.k.forward_step[grid, block, run.stream]  # configured once for all steps
         for t in range(s):
-            run.k.forward_step[grid, block, run.stream](t, *args)
+            step(t, *args)
     return outs
 
 
@@ -815,8 +825,9 @@ def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s
         run.k.backward_persistent[blocks, block, run.stream](s, *args)
     else:
         grid = (_ceil_div(units, _SJ), _ceil_div(batch, _SB))
+        step = run.k.backward_step[grid, block, run.stream]  # configured once for all steps
         for t in range(s - 1, -1, -1):
-            run.k.backward_step[grid, block, run.stream](t, s, *args)
+            step(t, s, *args)
     peephole_grads = [run.empty(units) for _ in range(3)]
     if use_peephole:
         run.peephole_grads(s, cs_prev, cs_, dgates, blocks_layout, peephole_grads)
