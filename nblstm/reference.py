@@ -15,6 +15,17 @@ def _sigmoid(a):
     return 1.0 / (1.0 + np.exp(-a))
 
 
+def _peephole_term(use_peephole):
+    """``term -> term`` with peepholes, ``term -> 0`` without.
+
+    Written as a choice rather than a product with 0 or 1, so that non-finite
+    peephole weights have no effect without peepholes (``0 * inf`` is NaN).
+    """
+    if use_peephole:
+        return lambda term: term
+    return lambda term: 0.0
+
+
 def _gate_slices(units, layout):
     """Column slices of the ``i, ci, f, o`` blocks for a gate ``layout``."""
     order = {"icfo": "icfo", "ifco": "ifco"}[layout]
@@ -48,20 +59,20 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max=None, forget
     steps, batch, _ = x.shape
     units = cs_prev.shape[1]
     seq_len_max = steps if seq_len_max is None else int(seq_len_max)
-    p = 1.0 if use_peephole else 0.0
+    peep = _peephole_term(use_peephole)
     g = _gate_slices(units, layout)
     out = {k: np.zeros((steps, batch, units)) for k in ("i", "cs", "f", "o", "ci", "co", "h")}
     c, h = cs_prev, h_prev
     for t in range(seq_len_max):
         gates = np.concatenate([x[t], h], axis=1) @ w + b
-        i = _sigmoid(gates[:, g["i"]] + p * wci * c)
+        i = _sigmoid(gates[:, g["i"]] + peep(wci * c))
         ci = np.tanh(gates[:, g["c"]])
-        f = _sigmoid(gates[:, g["f"]] + forget_bias + p * wcf * c)
+        f = _sigmoid(gates[:, g["f"]] + forget_bias + peep(wcf * c))
         cs = i * ci + f * c
         if cell_clip > 0:
             cs = np.clip(cs, -cell_clip, cell_clip)
         co = np.tanh(cs)
-        o = _sigmoid(gates[:, g["o"]] + p * wco * cs)
+        o = _sigmoid(gates[:, g["o"]] + peep(wco * cs))
         h = o * co
         c = cs
         for name, value in zip(("i", "cs", "f", "o", "ci", "co", "h"), (i, cs, f, o, ci, co, h)):
@@ -102,7 +113,7 @@ def block_lstm_grad(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_gr
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
     seq_len_max = steps if seq_len_max is None else int(seq_len_max)
-    p = 1.0 if use_peephole else 0.0
+    peep = _peephole_term(use_peephole)
     g = _gate_slices(units, layout)
     grads = {
         "x_grad": np.zeros_like(x), "w_grad": np.zeros_like(w), "b_grad": np.zeros(4 * units),
@@ -117,21 +128,21 @@ def block_lstm_grad(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_gr
         dH = h_grad[t] + dh
         dC = cs_grad[t] + dc
         do = o * (1 - o) * dH * co
-        dcs = (1 - co**2) * dH * o + dC + p * do * wco
+        dcs = (1 - co**2) * dH * o + dC + peep(do * wco)
         dci = (1 - ci**2) * dcs * i
         df = f * (1 - f) * dcs * c_prev
         di = i * (1 - i) * dcs * ci
         dG = np.zeros((batch, 4 * units))
         dG[:, g["i"]], dG[:, g["c"]], dG[:, g["f"]], dG[:, g["o"]] = di, dci, df, do
-        dc = dcs * f + p * (di * wci + df * wcf)
+        dc = dcs * f + peep(di * wci + df * wcf)
         dxh = dG @ w.T
         grads["x_grad"][t] = dxh[:, :inputs]
         dh = dxh[:, inputs:]
         grads["w_grad"] += np.concatenate([x[t], h_prev_t], axis=1).T @ dG
         grads["b_grad"] += dG.sum(axis=0)
-        grads["wci_grad"] += p * (di * c_prev).sum(axis=0)
-        grads["wcf_grad"] += p * (df * c_prev).sum(axis=0)
-        grads["wco_grad"] += p * (do * cs).sum(axis=0)
+        grads["wci_grad"] += peep((di * c_prev).sum(axis=0))
+        grads["wcf_grad"] += peep((df * c_prev).sum(axis=0))
+        grads["wco_grad"] += peep((do * cs).sum(axis=0))
     grads["cs_prev_grad"] = dc
     grads["h_prev_grad"] = dh
     return grads
