@@ -55,6 +55,9 @@ wco_grad [H]`` of this step.
 """
 
 _OUTPUT_NAMES = ("i", "cs", "f", "o", "ci", "co", "h")
+# Stands for "this op has no bias argument" (the gradient ops), unlike None,
+# which is a wrong value for a bias.
+_NO_BIAS = object()
 _PEEPHOLES = ("wci", "wcf", "wco")
 
 
@@ -115,12 +118,13 @@ def _outputs_sequence(outputs, count, name="outputs"):
 def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     """Validate the arrays common to every op; returns ``(infos, (T, B, I, H))``.
 
-    ``extra`` maps further array names to ``(value, rank)``; their shapes are
+    ``b`` is ``_NO_BIAS`` for the ops without a bias argument. ``extra`` maps
+    further array names to ``(value, rank)``; their shapes are
     checked by the caller. ``T`` is ``None`` for single-step ops.
     """
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w}
     ranks = {"x": x_rank, "cs_prev": 2, "h_prev": 2, "w": 2, "b": 1, "wci": 1, "wcf": 1, "wco": 1}
-    if b is not None:
+    if b is not _NO_BIAS:
         named["b"] = b
     named.update(peepholes)
     for name, (value, rank) in (extra or {}).items():
@@ -140,7 +144,7 @@ def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     v.check_shape(infos["cs_prev"], (batch, units), f"[B, H], B = x.shape[{x_rank - 2}] from x {x_meaning}")
     v.check_shape(infos["h_prev"], (batch, units), "[B, H] like cs_prev")
     v.check_shape(infos["w"], (inputs + units, 4 * units), "[I + H, 4H] from x and cs_prev")
-    if b is not None:
+    if b is not _NO_BIAS:
         v.check_shape(infos["b"], (4 * units,), "[4H] from cs_prev")
     for name in peepholes:
         v.check_shape(infos[name], (units,), "[H] from cs_prev")
@@ -278,7 +282,7 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
     for name, a in (("cs_grad", cs_grad), ("h_grad", h_grad)):
         if a is not None:
             extra[name] = (a, 3)
-    infos, (steps, batch, _, units) = _check_core(x, cs_prev, h_prev, w, None, peepholes, extra)
+    infos, (steps, batch, _, units) = _check_core(x, cs_prev, h_prev, w, _NO_BIAS, peepholes, extra)
     for name in extra:
         v.check_shape(infos[name], (steps, batch, units), "[T, B, H] from x and cs_prev")
     seq_len_max, _, _, use_peephole, layout = _options(seq_len_max, steps, 0.0, None, use_peephole, layout)
@@ -385,7 +389,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=No
     for name, a in (("cs_grad", cs_grad), ("h_grad", h_grad)):
         if a is not None:
             extra[name] = (a, 2)
-    infos, (_, batch, _, units) = _check_core(x, cs_prev, h_prev, w, None, peepholes, extra, x_rank=2)
+    infos, (_, batch, _, units) = _check_core(x, cs_prev, h_prev, w, _NO_BIAS, peepholes, extra, x_rank=2)
     for name in extra:
         v.check_shape(infos[name], (batch, units), "[B, H] from x and cs_prev")
     _, _, _, use_peephole, layout = _options(None, 1, 0.0, None, use_peephole, layout)

@@ -47,6 +47,7 @@ _TANH_P = tuple(np.float32(c) for c in (
     -1.4709983453542463e-08, 2.3587359496146654e-11))
 _TANH_Q = tuple(np.float32(c) for c in (1.0, 0.46311476826667786, 0.02402355521917343, 0.00023709938977845013))
 _HALF32 = np.float32(0.5)
+_ONE32 = np.float32(1.0)
 
 
 def tanh(x):
@@ -56,11 +57,13 @@ def tanh(x):
 
 
 def _tanh_float32(x):
-    # Comparisons (not min/max) so that NaN propagates.
-    if x > _TANH_BOUND:
-        x = _TANH_BOUND
-    elif x < -_TANH_BOUND:
-        x = -_TANH_BOUND
+    # Saturate exactly, as tanh does in float32 beyond the bound (so that a
+    # closed gate is exactly 0 and 0 * inf stays NaN); comparisons rather than
+    # min/max, so that NaN propagates through the rational function.
+    if x >= _TANH_BOUND:
+        return _ONE32
+    if x <= -_TANH_BOUND:
+        return -_ONE32
     s = x * x
     p = _TANH_P[5]
     p = p * s + _TANH_P[4]

@@ -158,12 +158,6 @@ def test_infinite_options_and_nan_options():
             nblstm.block_lstm(*core, **{option: np.nan})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: the float32 rational tanh (nblstm.spec._tanh_float32) clamps |x| to 7.905 where it evaluates to "
-    "1 - 2**-22, not 1: tanh(+-inf) = +-(1 - 2**-22), sigmoid(-inf) = 2**-23 and sigmoid(+inf) = 1 - 2**-23. "
-    "A closed gate times an infinite cell then gives inf instead of IEEE's 0 * inf = NaN, and outputs that the "
-    "reference (and float64) make NaN come out finite. Returning +-1 for |x| >= the bound fixes it "
-    "(tested: float32 and float16 then match the reference's NaN/inf pattern exactly)"))
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_float32_gates_saturate_exactly(dtype):
     a = make_arrays(4, 1, 1, 1, 2, dtype, 1.0)

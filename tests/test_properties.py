@@ -673,10 +673,6 @@ def test_empty_batch_or_time_gives_empty_outputs_of_the_right_shapes(name, dtype
         assert not any(np.any(o) for o in out), "no step or no example: every output and gradient is zero"
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="bug: b=None passes validation in block_lstm/lstm_block_cell (ops._check_core skips a None "
-                          "b, meant for the gradient ops) and reaches the kernel: numba TypingError instead of "
-                          "TypeError; with T=0 or B=0 the call even succeeds")
 @pytest.mark.parametrize("name", ["block_lstm", "lstm_block_cell"])
 @pytest.mark.parametrize("batch", [0, 2])
 def test_bias_none_raises_type_error(name, batch):
