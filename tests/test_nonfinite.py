@@ -4,8 +4,10 @@ The kernels have no data-dependent control flow (the time loop and the
 hidden units are counted, clipping is two comparisons), so a non-finite
 value cannot make them hang or crash: it propagates through the arithmetic
 as IEEE 754 says. The float64 kernels agree with the float64 reference on
-where every output is NaN, +inf or -inf. The float32 gate nonlinearities
-are rational approximations; see :func:`test_float32_gates_saturate_exactly`.
+where every output is NaN, +inf or -inf, and so do the float32 kernels
+(float16 is computed in float32): their gate nonlinearities are rational
+approximations that saturate to exactly 0, 1 and -1
+(:func:`test_float32_gates_saturate_exactly`).
 """
 
 import threading
@@ -28,10 +30,9 @@ from tests.test_properties import (
     reference_cell_grad,
 )
 
-#: dtypes whose kernels reproduce the reference's NaN/+inf/-inf pattern exactly.
-#: float32 and float16 (computed in float32) join when their gates saturate to exactly 0 and 1
-#: (test_float32_gates_saturate_exactly); until then their non-finite outputs are a subset of the reference's.
-EXACT_DTYPES = (np.float64,)
+#: dtypes whose kernels reproduce the reference's NaN/+inf/-inf pattern exactly: all of them, since the
+#: float32 gates saturate to exactly 0 and 1 (test_float32_gates_saturate_exactly).
+EXACT_DTYPES = (np.float64, np.float32, np.float16)
 TOL = {np.float64: 1e-9, np.float32: 1e-4, np.float16: 2e-2}
 SPECIALS = (np.nan, np.inf, -np.inf)
 

@@ -553,10 +553,8 @@ def test_wrong_arguments_raise_value_or_type_error(problem, data, name, mutation
             expected = TypeError
         else:
             bad = data.draw(st.sampled_from(["list", "none", "float", "str", "memoryview", "matrix_like"]))
-            if bad == "none" and not raw and where[1] is None and where[0] >= 4:
-                # None is valid for the optional arrays of the functional API; b=None is
-                # test_bias_none_raises_type_error (a known bug).
-                bad = "str"
+            if bad == "none" and not raw and where[1] is None and where[0] >= 5:
+                bad = "str"  # None is valid for the optional arrays of the functional API
             value = {"list": arr.tolist(), "none": None, "float": 1.0, "str": "x",
                      "memoryview": memoryview(np.ascontiguousarray(arr)) if arr.size else memoryview(b""),
                      "matrix_like": _ArrayLike(arr)}[bad]
@@ -673,10 +671,13 @@ def test_empty_batch_or_time_gives_empty_outputs_of_the_right_shapes(name, dtype
         assert not any(np.any(o) for o in out), "no step or no example: every output and gradient is zero"
 
 
-@pytest.mark.parametrize("name", ["block_lstm", "lstm_block_cell"])
+@pytest.mark.parametrize("name", ["block_lstm", "lstm_block_cell", "BlockLSTM", "BlockLSTMV2", "LSTMBlockCell"])
 @pytest.mark.parametrize("batch", [0, 2])
 def test_bias_none_raises_type_error(name, batch):
     a = make_arrays(0, 2, batch, 3, 4, np.float64, 1.0)
-    x = a["x"] if name == "block_lstm" else a["x"][0]
+    opts = {"seq_len_max": None, "seq_len_max_form": None, "forget_bias": 1.0, "cell_clip": 3.0,
+            "use_peephole": False, "layout": "ifco", "pass_peepholes": True}
+    fn, args, kwargs, _ = forward_call(name, as_single_step(a) if "cell" in name.lower() else a, opts)
+    args = [None if v is a["b"] else v for v in args]
     with pytest.raises(TypeError, match="b must be"):
-        getattr(nblstm, name)(x, a["cs_prev"], a["h_prev"], a["w"], None)
+        fn(*args, **kwargs)
