@@ -432,8 +432,8 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     c = np.ascontiguousarray
     with single_threaded_blas():
         forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, row_bounds(rows, inputs * 4 * units),
-                       gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip), bool(use_peephole),
-                       work, *outs)
+                       gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
+                       bool(use_peephole), work, *outs)
     return outs
 
 
@@ -472,8 +472,9 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     c = np.ascontiguousarray
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
     with single_threaded_blas():
-        backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, gate_blocks(layout),
-                        c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
+        backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds,
+                        gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc,
+                        *peephole_grads)
     return (dgates, dc, *peephole_grads)
 
 
