@@ -98,6 +98,14 @@ def _fill(out, value):
 
 
 @cuda.jit
+def _fill2(out, value):
+    """``out[:, :] = value``; ``out: [N0, N1]``, any strides (e.g. the tails of several outputs)."""
+    n1 = out.shape[1]
+    for k in range(cuda.grid(1), out.shape[0] * n1, cuda.gridsize(1)):
+        out[k // n1, k % n1] = value
+
+
+@cuda.jit
 def _copy1(src, dst):
     """``dst[:] = src`` with a cast; ``src, dst: [N]``, any strides."""
     for k in range(cuda.grid(1), dst.shape[0], cuda.gridsize(1)):
@@ -288,7 +296,7 @@ def _kernels(dtype):
 
     @cuda.jit(device=True)
     def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip,
-                     use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_):
+                     use_peephole, bi, bc, bf, bo, out):
         """Step ``t`` of the tile ``(jt, bt)``: ``_SB`` batch rows by ``_SJ`` units.
 
         Thread ``(tx, ty)`` owns unit ``j = jt * SJ + tx`` of batch row
@@ -310,8 +318,10 @@ def _kernels(dtype):
         use_peephole : bool
         bi, bc, bf, bo : int
             Gate block index of i, ci, f and o in the layout.
-        i_, cs_, f_, o_, ci_, co_, h_ : [T, B, H] arrays
-            Outputs; step ``t - 1`` of ``cs_`` and ``h_`` is read.
+        out : [7, T, B, H] array
+            Outputs ``i, cs, f, o, ci, co, h`` in one array (one kernel
+            argument instead of seven); step ``t - 1`` of ``cs`` (``out[1]``)
+            and ``h`` (``out[6]``) is read.
         """
         batch, units = cs_prev.shape
         tx = cuda.threadIdx.x
@@ -333,7 +343,7 @@ def _kernels(dtype):
                 bb = bt * sb_ + r
                 value = zero
                 if bb < batch and kk < units:
-                    value = h_prev[bb, kk] if t == 0 else h_[t - 1, bb, kk]
+                    value = h_prev[bb, kk] if t == 0 else out[6, t - 1, bb, kk]
                 h_s[r, e % sk_] = value
             # w_s[kk, g * SJ + u] = w_rec[k0 + kk, block_g * H + jt * SJ + u],
             # gates g in the order i, ci, f, o.
@@ -356,7 +366,7 @@ def _kernels(dtype):
                 acc_o += hv * w_s[kk, 3 * sj_ + tx]
             cuda.syncthreads()
         if b < batch and j < units:
-            c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+            c_prev = cs_prev[b, j] if t == 0 else out[1, t - 1, b, j]
             i, ci, f, o, cs, co, h = spec.forward_unit(
                 acc_i + xw[t, b, bi * units + j],
                 acc_c + xw[t, b, bc * units + j],
@@ -364,28 +374,28 @@ def _kernels(dtype):
                 acc_o + xw[t, b, bo * units + j],
                 c_prev, wci[j], wcf[j], wco[j], forget_bias, cell_clip, use_peephole, one,
             )
-            i_[t, b, j] = i
-            ci_[t, b, j] = ci
-            f_[t, b, j] = f
-            o_[t, b, j] = o
-            cs_[t, b, j] = cs
-            co_[t, b, j] = co
-            h_[t, b, j] = h
+            out[0, t, b, j] = i
+            out[1, t, b, j] = cs
+            out[2, t, b, j] = f
+            out[3, t, b, j] = o
+            out[4, t, b, j] = ci
+            out[5, t, b, j] = co
+            out[6, t, b, j] = h
 
     @cuda.jit
     def forward_step(t, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip, use_peephole,
-                     bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_):
+                     bi, bc, bf, bo, out):
         """One forward step; grid ``(ceil(H / SJ), ceil(B / SB))``, block ``(SJ, SB)``."""
         forward_tile(t, cuda.blockIdx.x, cuda.blockIdx.y, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one,
-                     forget_bias, cell_clip, use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_)
+                     forget_bias, cell_clip, use_peephole, bi, bc, bf, bo, out)
 
     @cuda.jit
     def forward_persistent(steps, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip,
-                           use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_):
+                           use_peephole, bi, bc, bf, bo, out):
         """All ``steps`` forward steps in one cooperative launch, block ``(SJ, SB)``.
 
         Blocks stride over the tiles; a grid barrier separates the steps
-        (step ``t`` reads ``h_[t - 1]`` written by other blocks).
+        (step ``t`` reads ``h`` of step ``t - 1`` written by other blocks).
         """
         grid = cuda.cg.this_grid()
         batch, units = cs_prev.shape
@@ -394,7 +404,7 @@ def _kernels(dtype):
         for t in range(steps):
             for tile in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
                 forward_tile(t, tile % tiles_j, tile // tiles_j, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one,
-                             forget_bias, cell_clip, use_peephole, bi, bc, bf, bo, i_, cs_, f_, o_, ci_, co_, h_)
+                             forget_bias, cell_clip, use_peephole, bi, bc, bf, bo, out)
             grid.sync()
 
     @cuda.jit(device=True)
@@ -509,6 +519,15 @@ def _kernels(dtype):
 
 # ---------------------------------------------------------------------------
 # Host side: arrays, streams, devices.
+#
+# Host overhead matters as much as the kernels here: at small sizes a call is
+# bound by what the host does per launch and per allocation (each costs
+# driver calls). So a call makes one device allocation for all its results
+# and takes its temporaries (input projections, gate gradients, dtype casts)
+# from scratch memory kept between calls (:class:`_Arena`); the per-step loop
+# launches a kernel whose arguments were converted once (:class:`_Repeat`);
+# the forward kernels get their seven outputs as one array; with one visible
+# GPU no pointer is queried for its device.
 
 
 class _HostView:
@@ -529,18 +548,34 @@ class _HostView:
         self._owner = owner
 
 
+_GPU_USABLE = False
+
+
 def _require_gpu():
+    global _GPU_USABLE
+    if _GPU_USABLE:
+        return
     if not cuda.is_available():
         raise RuntimeError(
             "GPU arrays (objects with __cuda_array_interface__) were given, but CUDA is not usable here: "
             "numba.cuda.is_available() is False (no NVIDIA GPU, no driver, or no NVVM). Pass NumPy arrays to "
             "run on the CPU."
         )
+    _GPU_USABLE = True
+
+
+@functools.cache
+def _gpu_count():
+    """Number of GPUs this process sees (enumerated once)."""
+    try:
+        return len(cuda.gpus)
+    except Exception:  # noqa: BLE001 - no device list: treat as one GPU
+        return 1
 
 
 def _device_ordinal(value):
-    """The ordinal of the GPU that holds ``value``'s data, or ``None`` if unknown (empty, simulator)."""
-    if SIMULATOR:
+    """The ordinal of the GPU that holds ``value``'s data, or ``None`` if unknown (empty, simulator, one GPU)."""
+    if SIMULATOR or _gpu_count() <= 1:
         return None
     cai = getattr(value, "__cuda_array_interface__", None)
     if cai is None or not cai["data"][0]:
@@ -590,15 +625,44 @@ def _on_device(ordinal):
             yield
 
 
-def _as_device(value):
-    """``value`` as a Numba device array (simulator array in the simulator), without a copy."""
+def _stream_handle(stream):
+    """The raw handle of a Numba stream (0 for the default stream), or ``None`` if it has none."""
+    if isinstance(stream, int):
+        return stream
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        return None
+    try:
+        return int(handle)
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_device(value, stream=0):
+    """``value`` as a Numba device array (simulator array in the simulator), without a copy.
+
+    A foreign array's producer stream (``"stream"`` of its interface) is
+    synchronised only when it is not the launch stream ``stream`` (work on
+    one stream is ordered already).
+    """
     if value is None or getattr(value, "__cuda_ndarray__", False):
         return value
+    cai = value.__cuda_array_interface__
     if SIMULATOR:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-        return FakeCUDAArray(np.asarray(_HostView(value.__cuda_array_interface__, value)))
-    return cuda.as_cuda_array(value)
+        return FakeCUDAArray(np.asarray(_HostView(cai, value)))
+    producer = cai.get("stream")
+    handle = _stream_handle(stream)
+    # 1 and 2 are the legacy and per-thread default streams, ordered with the default stream 0.
+    same = producer is None or producer == handle or (handle == 0 and producer in (1, 2))
+    return cuda.from_cuda_array_interface(cai, owner=value, sync=not same)
+
+
+@functools.lru_cache(maxsize=64)
+def _external_stream(handle):
+    """A Numba stream for a foreign stream handle (one object per handle)."""
+    return cuda.external_stream(handle)
 
 
 def _stream(stream, like):
@@ -622,9 +686,9 @@ def _stream(stream, like):
     for attribute in ("cuda_stream", "ptr"):  # PyTorch, CuPy
         handle = getattr(stream, attribute, None)
         if isinstance(handle, int):
-            return cuda.external_stream(handle) if handle else 0
+            return _external_stream(handle) if handle else 0
     if isinstance(stream, int):
-        return cuda.external_stream(stream)
+        return _external_stream(stream)
     return stream
 
 
@@ -640,14 +704,174 @@ def _wrap_like(like, ordinal):
     return lambda a: a
 
 
-class _Launcher:
-    """Allocation and launches of one call on one stream, in one compute dtype."""
+def _storage_dtype(value):
+    """The dtype of a GPU array, read without converting it."""
+    if getattr(value, "__cuda_ndarray__", False):
+        return np.dtype(value.dtype)
+    return np.dtype(value.__cuda_array_interface__["typestr"])
 
-    def __init__(self, dtype, stream):
+
+def _size(shape):
+    if isinstance(shape, int):
+        return shape
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+# Scratch and result regions start at multiples of this many elements
+# (256 bytes in float32): aligned, coalesced accesses in every region.
+_ALIGN = 64
+
+
+def _padded(n):
+    return -(-n // _ALIGN) * _ALIGN
+
+
+class _Arena:
+    """Scratch memory reused by successive calls on one device, stream and compute dtype.
+
+    A call takes its temporaries from ``buffer`` in order; what does not fit
+    is allocated for that call, and the next call allocates one buffer of the
+    largest total seen (so from the second call of a size on, a call makes
+    no scratch allocation). Calls on one stream run in order on the GPU, so
+    a call may reuse the memory of the previous one; ``lock`` keeps the
+    calls of several host threads from interleaving their launches. ``zeros``
+    is a buffer of zeros that kernels only read (absent gradients).
+    """
+
+    __slots__ = ("lock", "buffer", "need", "zeros")
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.buffer = None
+        self.need = 0
+        self.zeros = None
+
+
+_ARENAS = {}
+
+
+def _arena(device, stream):
+    """The :class:`_Arena` of ``(device, stream)`` (created on first use)."""
+    handle = _stream_handle(stream)
+    if handle is None:
+        handle = ("object", id(stream))
+    elif handle == 0 and getattr(_cuda_config, "CUDA_PER_THREAD_DEFAULT_STREAM", False):
+        import threading
+
+        handle = ("per-thread", threading.get_ident())
+    key = (device, handle)
+    arena = _ARENAS.get(key)
+    if arena is None:
+        arena = _ARENAS.setdefault(key, {})
+    return arena
+
+
+def release_workspaces():
+    """Free the scratch memory kept between calls of the CUDA target.
+
+    It is allocated again, at the size needed, by the next call.
+    """
+    for arenas in list(_ARENAS.values()):
+        for arena in list(arenas.values()):
+            with arena.lock:
+                arena.buffer = arena.zeros = None
+                arena.need = 0
+    _ARENAS.clear()
+
+
+class _Repeat:
+    """Launches of one kernel with fixed arguments after a varying int64 first one (the step index).
+
+    On a GPU the arguments are converted to kernel parameters once, and each
+    launch passes them straight to the launch function Numba itself calls:
+    a step costs one launch call instead of Numba's conversion of every
+    argument. Where Numba's internals differ from those this was written
+    for (other versions, the simulator), each launch goes through the
+    configured kernel.
+    """
+
+    def __init__(self, kernel, griddim, blockdim, stream, args):
+        self._configured = kernel[griddim, blockdim, stream]
+        self._args = args
+        self._fast = None if SIMULATOR else self._prepare(kernel, args)
+
+    def _prepare(self, dispatcher, args):
+        import ctypes
+
+        try:
+            from numba.cuda import dispatcher as numba_dispatcher
+
+            launch = numba_dispatcher.launch
+            config_type = numba_dispatcher.LaunchConfig
+            new_config = numba_dispatcher.CUDA_CORE_GE_1_0
+            configured = self._configured
+            all_args = (0, *args)
+            kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in all_args))
+            if getattr(kernel, "debug", True) or getattr(kernel, "extensions", None):
+                return None
+            params, writeback = [], []
+            for ty, value in zip(kernel.argument_types, all_args, strict=True):
+                kernel._prepare_args(ty, value, configured.stream, writeback, params)
+            if writeback or not isinstance(params[0], ctypes.c_int64):
+                return None
+            options = dict(grid=configured.griddim, block=configured.blockdim, shmem_size=0)
+            cooperative = bool(kernel.cooperative)
+            options["is_cooperative" if new_config else "cooperative_launch"] = cooperative
+            config = config_type(**options)
+            handle = kernel._codelibrary.get_cufunc().kernel
+            stream = configured.stream
+        except Exception:  # noqa: BLE001 - other Numba internals: the ordinary launch path
+            return None
+        rest = params[1:]
+
+        def fast(first):
+            launch(stream, config, handle, ctypes.c_int64(first), *rest)
+
+        return fast
+
+    def __call__(self, first):
+        if self._fast is not None:
+            self._fast(first)
+        else:
+            self._configured(first, *self._args)
+
+
+class _Launcher:
+    """Memory and launches of one call on one stream, in one compute dtype.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        Compute dtype (float32 or float64).
+    storage : numpy.dtype
+        Storage dtype of the caller's arrays (float16, float32 or float64).
+    stream : Numba stream or 0
+    arena : _Arena
+        Scratch memory of this device, stream and compute dtype; held by the
+        caller for the call.
+    wrap : callable
+        Turns a Numba device array into the caller's array kind.
+    """
+
+    def __init__(self, dtype, storage, stream, arena, wrap):
         self.dtype = np.dtype(dtype)
+        self.storage = np.dtype(storage)
         self.stream = stream
         self.k = _kernels(self.dtype)
         self.one = self.dtype.type(1.0)
+        self._arena = arena
+        self._wrap = wrap
+        self._used = 0
+        self.scratch_total = 0
+        self._results = None
+        if arena.need and (arena.buffer is None or arena.buffer.shape[0] < arena.need):
+            arena.buffer = None  # freed before the larger one is allocated
+            arena.buffer = self.empty(arena.need)
 
     def _linear(self, kernel, n, *args):
         if n > 0:
@@ -655,36 +879,92 @@ class _Launcher:
             kernel[blocks, _LINEAR_THREADS, self.stream](*args)
 
     def empty(self, shape, dtype=None):
+        """A new device allocation (the only place this module allocates)."""
         return cuda.device_array(shape, self.dtype if dtype is None else dtype, stream=self.stream)
 
-    def zeros(self, shape, dtype=None):
-        out = self.empty(shape, dtype)
-        self.fill_zero(out)
-        return out
+    def scratch(self, shape):
+        """A C-contiguous array of the compute dtype, valid for this call only, from the arena."""
+        n = _size(shape)
+        padded = _padded(n)
+        buffer = self._arena.buffer
+        if buffer is not None and self._used + padded <= buffer.shape[0]:
+            view = buffer[self._used:self._used + n]
+            self._used += padded
+        else:
+            view = self.empty(n)
+        self.scratch_total += padded
+        return view.reshape(shape)
+
+    def read_only_zeros(self, shape):
+        """A C-contiguous array of zeros that kernels must only read (kept between calls)."""
+        n = _size(shape)
+        arena = self._arena
+        if arena.zeros is None or arena.zeros.shape[0] < n:
+            arena.zeros = None
+            arena.zeros = self.empty(max(n, _ALIGN))
+            self.fill_zero(arena.zeros)
+        return arena.zeros[:n].reshape(shape)
+
+    def results(self, n):
+        """A flat ``[n]`` array of the compute dtype to hold all the call's results (see :meth:`finish`).
+
+        One allocation; for float16 storage the results are computed in
+        scratch memory and :meth:`finish` casts them into one allocation.
+        """
+        flat = self.empty(n) if self.storage == self.dtype else self.scratch(n)
+        self._results = flat
+        return flat
+
+    def finish(self, parts):
+        """The results as arrays of the storage dtype and the caller's kind.
+
+        Parameters
+        ----------
+        parts : sequence of (int, tuple)
+            ``(offset, shape)`` of each result in the flat array of :meth:`results`.
+
+        Returns
+        -------
+        list
+            Views of one allocation, wrapped once in the caller's kind.
+        """
+        flat = self._results
+        if self.storage != self.dtype:
+            cast = self.empty(flat.shape[0], self.storage)
+            self._linear(_copy1, flat.shape[0], flat, cast)
+            flat = cast
+        wrapped = self._wrap(flat)
+        return [wrapped[offset:offset + _size(shape)].reshape(shape) for offset, shape in parts]
 
     def fill_zero(self, out):
-        """Zero a C-contiguous device array (or a C-contiguous slice of one)."""
-        size = int(np.prod(out.shape))
-        if size:
+        """Zero a device array: C-contiguous, or a 2-D view with any strides."""
+        size = _size(out.shape)
+        if not size:
+            return
+        zero = out.dtype.type(0)
+        if len(out.shape) == 2 and not out.is_c_contiguous():
+            self._linear(_fill2, size, out, zero)
+        else:
             flat = out.reshape(size)
-            self._linear(_fill, size, flat, flat.dtype.type(0))
+            self._linear(_fill, size, flat, zero)
 
-    def copy(self, src, dtype):
-        """A C-contiguous copy of ``src`` in ``dtype`` (a device-side cast)."""
-        shape = tuple(src.shape)
-        dst = self.empty(shape, dtype)
-        kernel = {1: _copy1, 2: _copy2, 3: _copy3}[len(shape)]
-        self._linear(kernel, int(np.prod(shape)), src, dst)
-        return dst
+    def prepare(self, *values):
+        """Each value as a C-contiguous device array of the compute dtype.
 
-    def prepare(self, value):
-        """``value`` as a C-contiguous device array of the compute dtype (no copy when it is one)."""
-        if value is None:
-            return None
-        value = _as_device(value)
-        if np.dtype(value.dtype) == self.dtype and value.is_c_contiguous():
-            return value
-        return self.copy(value, self.dtype)
+        No copy when a value is one already; otherwise a device-side copy
+        (cast) into scratch memory. ``None`` stays ``None``.
+        """
+        prepared = []
+        for value in values:
+            if value is not None:
+                value = _as_device(value, self.stream)
+                if np.dtype(value.dtype) != self.dtype or not value.is_c_contiguous():
+                    src = value
+                    value = self.scratch(tuple(src.shape))
+                    kernel = {1: _copy1, 2: _copy2, 3: _copy3}[len(src.shape)]
+                    self._linear(kernel, _size(src.shape), src, value)
+            prepared.append(value)
+        return prepared
 
     def gemm(self, a, b, c, bias=None, trans_a=False, trans_b=False, accumulate=False):
         """``c = op(a) @ op(b) [+ bias] [+ c]`` (see :func:`_kernels` ``gemm``)."""
@@ -703,6 +983,23 @@ class _Launcher:
         units = cs_prev.shape[1]
         bi, _, bf, bo = blocks
         self._linear(_peephole_grads, units, steps, cs_prev, cs_, dgates, bi, bf, bo, self.dtype.type(0), *out)
+
+    def recurrence(self, persistent, step, args, steps, batch, units, reverse=False, step_args=()):
+        """Run the time loop: one cooperative launch of ``persistent``, or one launch of ``step`` per step.
+
+        ``persistent`` is called with ``(steps, *args)``, ``step`` with
+        ``(t, *step_args, *args)`` for ``t`` in order (reversed with
+        ``reverse``).
+        """
+        block = (_SJ, _SB)
+        blocks = self.persistent_grid(persistent, (steps, *args), batch, units)
+        if blocks:
+            persistent[blocks, block, self.stream](steps, *args)
+            return
+        grid = (_ceil_div(units, _SJ), _ceil_div(batch, _SB))
+        launch = _Repeat(step, grid, block, self.stream, (*step_args, *args))
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            launch(t)
 
     def persistent_grid(self, kernel, args, batch, units):
         """Blocks for a persistent launch of ``kernel``, or 0 to use per-step launches."""
@@ -740,7 +1037,7 @@ def _compute_dtype(dtype):
 
 
 def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip,
-                    use_peephole, layout):
+                    use_peephole, layout, out):
     """Whole-sequence forward on prepared device arrays of the compute dtype.
 
     Parameters
@@ -750,91 +1047,79 @@ def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, f
     cs_prev, h_prev : [B, H] arrays
     w : [I + H, 4H] array
     b : [4H] array
-    wci, wcf, wco : [H] arrays
+    wci, wcf, wco : [H] arrays or None
+        ``None`` when not used (``use_peephole`` is False).
     seq_len_max : int
     forget_bias, cell_clip : float
     use_peephole : bool
     layout : {"ifco", "icfo"}
-
-    Returns
-    -------
-    list
-        ``[i, cs, f, o, ci, co, h]``, each ``[T, B, H]``, zero past ``seq_len_max``.
+    out : [7, T, B, H] array
+        Output: ``i, cs, f, o, ci, co, h``, zero past ``seq_len_max``.
     """
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
-    outs = [run.empty((steps, batch, units)) for _ in range(7)]
-    for out in outs:
-        run.fill_zero(out[seq_len_max:])
-    if seq_len_max == 0 or batch == 0:
-        return outs
-    s = seq_len_max
-    xw = run.empty((s, batch, 4 * units))
+    s = seq_len_max if batch and units else 0
+    if s < steps:  # the tails of all seven outputs in one launch
+        run.fill_zero(out.reshape(7, steps * batch * units)[:, s * batch * units:])
+    if s == 0:
+        return
+    xw = run.scratch((s, batch, 4 * units))
     run.gemm(x[:s].reshape(s * batch, inputs), w[:inputs], xw.reshape(s * batch, 4 * units), bias=b)
     dt = run.dtype.type
-    bi, bc, bf, bo = _blocks(layout)
-    w_rec = w[inputs:]
-    args = (xw, cs_prev, h_prev, w_rec, wci, wcf, wco, run.one, dt(forget_bias), dt(cell_clip), bool(use_peephole),
-            bi, bc, bf, bo, *outs)
-    block = (_SJ, _SB)
-    blocks = run.persistent_grid(run.k.forward_persistent, (s, *args), batch, units)
-    if blocks:
-        run.k.forward_persistent[blocks, block, run.stream](s, *args)
-    else:
-        grid = (_ceil_div(units, _SJ), _ceil_div(batch, _SB))
-        step = run.k.forward_step[grid, block, run.stream]  # configured once for all steps
-        for t in range(s):
-            step(t, *args)
-    return outs
+    # Absent peephole weights are never used: any array of at least H elements stands in.
+    wci, wcf, wco = (b if p is None else p for p in (wci, wcf, wco))
+    args = (xw, cs_prev, h_prev, w[inputs:], wci, wcf, wco, run.one, dt(forget_bias), dt(cell_clip),
+            bool(use_peephole), *_blocks(layout), out)
+    run.recurrence(run.k.forward_persistent, run.k.forward_step, args, s, batch, units)
 
 
 def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole,
-                        layout):
+                        layout, dgates, dc, peephole_grads):
     """The time loop of the backward pass on prepared device arrays.
 
     Parameters
     ----------
     run : _Launcher
     cs_prev : [B, H] array
-    wci, wcf, wco : [H] arrays
+    wci, wcf, wco : [H] arrays or None
     outputs : sequence of 6 or 7 [T, B, H] arrays
     cs_grad, h_grad : [T, B, H] arrays
     seq_len_max : int
-        ``1 <= seq_len_max <= T``, and ``B >= 1``.
+        ``1 <= seq_len_max <= T``, and ``B, H >= 1``.
     w_rec : [H, 4H] array
     use_peephole : bool
     layout : {"ifco", "icfo"}
-
-    Returns
-    -------
-    tuple
-        ``(dgates [S, B, 4H] in the caller's layout, cs_prev_grad [B, H],
-        wci_grad [H], wcf_grad [H], wco_grad [H])``.
+    dgates : [S, B, 4H] array
+        Output: gradients of the gate pre-activations, caller's layout.
+    dc : [B, H] array, zero
+        Output: ``cs_prev_grad`` (the carried cell gradient).
+    peephole_grads : sequence of 3 [H] arrays
+        Output with ``use_peephole`` (left alone otherwise).
     """
     batch, units = cs_prev.shape
     s = seq_len_max
-    dgates = run.empty((s, batch, 4 * units))
-    dc = run.zeros((batch, units))
     blocks_layout = _blocks(layout)
     i_, cs_, f_, o_, ci_, co_ = outputs[:6]
+    wci, wcf, wco = (w_rec[0] if p is None else p for p in (wci, wcf, wco))
     args = (cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, run.one, bool(use_peephole),
             *blocks_layout, dgates, dc)
-    block = (_SJ, _SB)
-    blocks = run.persistent_grid(run.k.backward_persistent, (s, *args), batch, units)
-    if blocks:
-        run.k.backward_persistent[blocks, block, run.stream](s, *args)
-    else:
-        grid = (_ceil_div(units, _SJ), _ceil_div(batch, _SB))
-        step = run.k.backward_step[grid, block, run.stream]  # configured once for all steps
-        for t in range(s - 1, -1, -1):
-            step(t, s, *args)
-    peephole_grads = [run.empty(units) for _ in range(3)]
+    run.recurrence(run.k.backward_persistent, run.k.backward_step, args, s, batch, units, reverse=True,
+                   step_args=(s,))
     if use_peephole:
         run.peephole_grads(s, cs_prev, cs_, dgates, blocks_layout, peephole_grads)
-    else:
-        for g in peephole_grads:
-            run.fill_zero(g)
-    return (dgates, dc, *peephole_grads)
+
+
+def _regions(run, shapes):
+    """``(offsets, total)`` of consecutive regions of the given shapes in one flat results array.
+
+    Aligned, except where the results are cast to float16 as one block
+    (the padding would be cast too).
+    """
+    offsets, total = [], 0
+    for shape in shapes:
+        offsets.append(total)
+        total += _padded(_size(shape)) if run.storage == run.dtype else _size(shape)
+    return offsets, total
 
 
 def _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole,
@@ -845,67 +1130,75 @@ def _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad
     -------
     list
         ``[x_grad [T, B, I], cs_prev_grad [B, H], h_prev_grad [B, H],
-        w_grad [I + H, 4H], wci_grad, wcf_grad, wco_grad [H], b_grad [4H]]``.
+        w_grad [I + H, 4H], wci_grad, wcf_grad, wco_grad [H], b_grad [4H]]``
+        from :meth:`_Launcher.finish` (views of one allocation).
     """
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
     gates = 4 * units
-    x_grad = run.empty((steps, batch, inputs))
-    if seq_len_max == 0 or batch == 0:
-        run.fill_zero(x_grad)
-        rest = [run.zeros(shape) for shape in ((batch, units), (batch, units), (inputs + units, gates),
-                                               (units,), (units,), (units,), (gates,))]
-        return [x_grad, *rest]
-    s = seq_len_max
-    run.fill_zero(x_grad[s:])
+    # Laid out so that everything to zero is one range: the tail of x_grad,
+    # dc, and the peephole gradients.
+    shapes = [(steps, batch, inputs), (batch, units), (units,), (units,), (units,), (batch, units),
+              (inputs + units, gates), (gates,)]
+    offsets, total = _regions(run, shapes)
+    flat = run.results(total)
+    x_grad, dc, wci_grad, wcf_grad, wco_grad, h_prev_grad, w_grad, b_grad = (
+        flat[o:o + _size(shape)].reshape(shape) for o, shape in zip(offsets, shapes, strict=True))
+    parts = [(offsets[k], shapes[k]) for k in (0, 1, 5, 6, 2, 3, 4, 7)]
+    s = seq_len_max if batch and units else 0
+    if s == 0:
+        run.fill_zero(flat)
+        return run.finish(parts)
+    zero_end = offsets[5] if not use_peephole else offsets[2]
+    run.fill_zero(flat[s * batch * inputs:zero_end])
     w_rec = w[inputs:]
-    dgates, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
-        run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s, w_rec, use_peephole, layout)
+    dgates = run.scratch((s, batch, gates))
+    _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s, w_rec, use_peephole, layout,
+                        dgates, dc, (wci_grad, wcf_grad, wco_grad))
     dg2 = dgates.reshape(s * batch, gates)
     # The GEMMs after the loop: x_grad = dG @ w_x^T, h_prev_grad = dG[0] @ w_h^T,
     # w_grad = [x; h_{t-1}]^T @ dG, b_grad = column sums of dG.
     run.gemm(dg2, w[:inputs], x_grad[:s].reshape(s * batch, inputs), trans_b=True)
-    h_prev_grad = run.empty((batch, units))
     run.gemm(dgates[0], w_rec, h_prev_grad, trans_b=True)
-    w_grad = run.empty((inputs + units, gates))
     run.gemm(x[:s].reshape(s * batch, inputs), dg2, w_grad[:inputs], trans_a=True)
     run.gemm(h_prev, dgates[0], w_grad[inputs:], trans_a=True)
     if s > 1:
         h_ = outputs[6]
         run.gemm(h_[:s - 1].reshape((s - 1) * batch, units), dgates[1:].reshape((s - 1) * batch, gates),
                  w_grad[inputs:], trans_a=True, accumulate=True)
-    b_grad = run.empty(gates)
     run.column_sums(dg2, b_grad)
-    return [x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad]
+    return run.finish(parts)
 
 
 @contextlib.contextmanager
 def _call(named, stream):
     """Checks and context of one entry-point call.
 
-    Yields ``(run, finish)``: a :class:`_Launcher` in the compute dtype on
-    the resolved stream, and a function that casts a result to the storage
-    dtype and wraps it in the caller's array kind.
+    Yields a :class:`_Launcher` in the compute dtype on the resolved
+    stream, holding the scratch memory of that device and stream for the
+    call.
     """
     _require_gpu()
     first = named["x"] if named.get("x") is not None else next(v for v in named.values() if v is not None)
     ordinal = _check_same_device(named)
     with _on_device(ordinal):
-        storage = np.dtype(_as_device(first).dtype)
-        run = _Launcher(_compute_dtype(storage), _stream(stream, first))
-        wrap = _wrap_like(first, ordinal)
-
-        def finish(a):
-            if np.dtype(a.dtype) != storage:
-                a = run.copy(a, storage)
-            return wrap(a)
-
-        yield run, finish
-
-
-def _peepholes(run, wci, wcf, wco, units):
-    """Zeros stand in for absent peephole weights (they are read only with ``use_peephole``)."""
-    return [run.zeros(units) if p is None else run.prepare(p) for p in (wci, wcf, wco)]
+        storage = _storage_dtype(first)
+        dtype = _compute_dtype(storage)
+        launch_stream = _stream(stream, first)
+        if ordinal is not None:
+            device = ordinal
+        else:
+            device = 0 if SIMULATOR or _gpu_count() <= 1 else cuda.get_current_device().id
+        arenas = _arena(device, launch_stream)
+        arena = arenas.get(dtype)
+        if arena is None:
+            arena = arenas.setdefault(dtype, _Arena())
+        with arena.lock:
+            run = _Launcher(dtype, storage, launch_stream, arena, _wrap_like(first, ordinal))
+            try:
+                yield run
+            finally:
+                arena.need = max(arena.need, run.scratch_total)
 
 
 # ---------------------------------------------------------------------------
@@ -938,7 +1231,8 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, c
     -------
     list
         ``[i, cs, f, o, ci, co, h]``, each ``[T, B, H]``, dtype of ``x``, the
-        array kind of ``x``; zero past ``seq_len_max``.
+        array kind of ``x``; zero past ``seq_len_max``. The seven are views
+        of one allocation.
 
     Raises
     ------
@@ -948,12 +1242,16 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, c
         The arrays are on different GPUs.
     """
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "b": b, "wci": wci, "wcf": wcf, "wco": wco}
-    with _call(named, stream) as (run, finish):
-        x, cs_prev, h_prev, w, b = (run.prepare(a) for a in (x, cs_prev, h_prev, w, b))
-        wci, wcf, wco = _peepholes(run, wci, wcf, wco, cs_prev.shape[1])
-        outs = _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip,
-                               use_peephole, layout)
-        return [finish(o) for o in outs]
+    with _call(named, stream) as run:
+        peep = (wci, wcf, wco) if use_peephole else (None, None, None)
+        x, cs_prev, h_prev, w, b, wci, wcf, wco = run.prepare(x, cs_prev, h_prev, w, b, *peep)
+        steps, batch, _ = x.shape
+        units = cs_prev.shape[1]
+        n = steps * batch * units
+        out = run.results(7 * n).reshape(7, steps, batch, units)
+        _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip,
+                        use_peephole, layout, out)
+        return run.finish([(k * n, (steps, batch, units)) for k in range(7)])
 
 
 def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole, layout,
@@ -980,7 +1278,7 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
     list
         ``[x_grad [T, B, I], cs_prev_grad [B, H], h_prev_grad [B, H],
         w_grad [I + H, 4H], wci_grad, wcf_grad, wco_grad [H], b_grad [4H]]``
-        in the dtype and array kind of ``x``.
+        in the dtype and array kind of ``x`` (views of one allocation).
 
     Raises
     ------
@@ -990,33 +1288,34 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
     names = ("i", "cs", "f", "o", "ci", "co", "h")
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "wci": wci, "wcf": wcf, "wco": wco,
              **dict(zip(names, outputs, strict=False)), "cs_grad": cs_grad, "h_grad": h_grad}
-    with _call(named, stream) as (run, finish):
+    with _call(named, stream) as run:
+        peep = (wci, wcf, wco) if use_peephole else (None, None, None)
+        x, cs_prev, h_prev, w, wci, wcf, wco, cs_grad, h_grad, *outputs = run.prepare(
+            x, cs_prev, h_prev, w, *peep, cs_grad, h_grad, *outputs)
         steps, batch, _ = x.shape
-        x, cs_prev, h_prev, w = (run.prepare(a) for a in (x, cs_prev, h_prev, w))
         units = cs_prev.shape[1]
-        wci, wcf, wco = _peepholes(run, wci, wcf, wco, units)
-        outputs = [run.prepare(a) for a in outputs]
-        cs_grad, h_grad = (run.zeros((steps, batch, units)) if g is None else run.prepare(g)
-                           for g in (cs_grad, h_grad))
-        grads = _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max,
-                                 use_peephole, layout)
-        return [finish(g) for g in grads]
+        cs_grad, h_grad = (run.read_only_zeros((steps, batch, units)) if g is None else g for g in (cs_grad, h_grad))
+        return _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max,
+                                use_peephole, layout)
 
 
 def cell_forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, stream=None):
     """One step (LSTMBlockCell) of validated GPU arrays.
 
     ``x: [B, I]``; the other parameters as :func:`forward`. Returns the seven
-    ``[B, H]`` outputs ``[i, cs, f, o, ci, co, h]``.
+    ``[B, H]`` outputs ``[i, cs, f, o, ci, co, h]`` (views of one allocation).
     """
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "b": b, "wci": wci, "wcf": wcf, "wco": wco}
-    with _call(named, stream) as (run, finish):
-        x, cs_prev, h_prev, w, b = (run.prepare(a) for a in (x, cs_prev, h_prev, w, b))
+    with _call(named, stream) as run:
+        peep = (wci, wcf, wco) if use_peephole else (None, None, None)
+        x, cs_prev, h_prev, w, b, wci, wcf, wco = run.prepare(x, cs_prev, h_prev, w, b, *peep)
         batch, inputs = x.shape
-        wci, wcf, wco = _peepholes(run, wci, wcf, wco, cs_prev.shape[1])
-        outs = _forward_device(run, x.reshape(1, batch, inputs), cs_prev, h_prev, w, b, wci, wcf, wco, 1,
-                               forget_bias, cell_clip, use_peephole, layout)
-        return [finish(o[0]) for o in outs]
+        units = cs_prev.shape[1]
+        n = batch * units
+        out = run.results(7 * n).reshape(7, 1, batch, units)
+        _forward_device(run, x.reshape(1, batch, inputs), cs_prev, h_prev, w, b, wci, wcf, wco, 1, forget_bias,
+                        cell_clip, use_peephole, layout, out)
+        return run.finish([(k * n, (batch, units)) for k in range(7)])
 
 
 def cell_backward(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, w, use_peephole, layout, stream=None):
@@ -1039,28 +1338,38 @@ def cell_backward(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, w, use_peeph
     Returns
     -------
     list
-        ``[cs_prev_grad [B, H], dgates [B, 4H], wci_grad, wcf_grad, wco_grad [H]]``.
+        ``[cs_prev_grad [B, H], dgates [B, 4H], wci_grad, wcf_grad, wco_grad [H]]``
+        (views of one allocation).
     """
     names = ("i", "cs", "f", "o", "ci", "co")
     named = {"cs_prev": cs_prev, "wci": wci, "wcf": wcf, "wco": wco, **dict(zip(names, outputs, strict=False)),
              "cs_grad": cs_grad, "h_grad": h_grad, "w": w}
-    with _call(named, stream) as (run, finish):
-        cs_prev, w = run.prepare(cs_prev), run.prepare(w)
+    with _call(named, stream) as run:
+        peep = (wci, wcf, wco) if use_peephole else (None, None, None)
+        cs_prev, w, wci, wcf, wco, cs_grad, h_grad, *outputs = run.prepare(cs_prev, w, *peep, cs_grad, h_grad,
+                                                                            *outputs[:6])
         batch, units = cs_prev.shape
-        wci, wcf, wco = _peepholes(run, wci, wcf, wco, units)
-        outputs = [run.prepare(a).reshape(1, batch, units) for a in outputs[:6]]
-        cs_grad, h_grad = (run.zeros((1, batch, units)) if g is None else run.prepare(g).reshape(1, batch, units)
+        outputs = [a.reshape(1, batch, units) for a in outputs]
+        cs_grad, h_grad = (run.read_only_zeros((1, batch, units)) if g is None else g.reshape(1, batch, units)
                            for g in (cs_grad, h_grad))
-        w_rec = w[w.shape[0] - units:]
-        if batch == 0:
-            grads = [run.zeros((batch, units)), run.zeros((batch, 4 * units)), *(run.zeros(units) for _ in range(3))]
+        # dc and the peephole gradients first: one range to zero.
+        shapes = [(batch, units), (units,), (units,), (units,), (batch, 4 * units)]
+        offsets, total = _regions(run, shapes)
+        flat = run.results(total)
+        dc, wci_grad, wcf_grad, wco_grad, dgates = (
+            flat[o:o + _size(shape)].reshape(shape) for o, shape in zip(offsets, shapes, strict=True))
+        parts = [(offsets[k], shapes[k]) for k in (0, 4, 1, 2, 3)]
+        if batch == 0 or units == 0:
+            run.fill_zero(flat)
         else:
-            dgates, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
-                run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, 1, w_rec, use_peephole, layout)
-            grads = [dc, dgates[0], wci_grad, wcf_grad, wco_grad]
-        return [finish(g) for g in grads]
+            run.fill_zero(flat[:offsets[4] if not use_peephole else offsets[1]])
+            _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, 1, w[w.shape[0] - units:],
+                                use_peephole, layout, dgates.reshape(1, batch, 4 * units), dc,
+                                (wci_grad, wcf_grad, wco_grad))
+        return run.finish(parts)
 
 
+# ---------------------------------------------------------------------------
 # Kept for the PTX checks: every kernel with the argument types it is launched with.
 def kernel_signatures(dtype):
     """``[(name, python function, signature)]`` of every kernel for one storage dtype.
@@ -1077,7 +1386,7 @@ def kernel_signatures(dtype):
     dtype = np.dtype(dtype)
     nt = {np.dtype(np.float16): types.float16, np.dtype(np.float32): types.float32,
           np.dtype(np.float64): types.float64}[dtype]
-    a1, a2, a3 = (types.Array(nt, n, "C") for n in (1, 2, 3))
+    a1, a2, a3, a4 = (types.Array(nt, n, "C") for n in (1, 2, 3, 4))
     sigs = []
     if dtype == np.float16:
         f32 = [types.Array(types.float32, n, "C") for n in (1, 2, 3)]
@@ -1090,10 +1399,11 @@ def kernel_signatures(dtype):
         return sigs
     k = _kernels(dtype)
     i64, b1 = types.int64, types.boolean
-    step_common = (a3, a2, a2, a2, a1, a1, a1, nt, nt, nt, b1, i64, i64, i64, i64, a3, a3, a3, a3, a3, a3, a3)
+    step_common = (a3, a2, a2, a2, a1, a1, a1, nt, nt, nt, b1, i64, i64, i64, i64, a4)
     back_common = (a2, a3, a3, a3, a3, a3, a3, a3, a3, a2, a1, a1, a1, nt, b1, i64, i64, i64, i64, a3, a2)
     sigs += [
         ("fill", _fill.py_func, (a1, nt)),
+        ("fill2", _fill2.py_func, (types.Array(nt, 2, "A"), nt)),
         ("copy1", _copy1.py_func, (types.Array(nt, 1, "A"), a1)),
         ("copy2", _copy2.py_func, (types.Array(nt, 2, "A"), a2)),
         ("copy3", _copy3.py_func, (types.Array(nt, 3, "A"), a3)),
@@ -1108,4 +1418,5 @@ def kernel_signatures(dtype):
     return sigs
 
 
-__all__ = ["forward", "backward", "cell_forward", "cell_backward", "kernel_signatures", "SIMULATOR"]
+__all__ = ["forward", "backward", "cell_forward", "cell_backward", "kernel_signatures", "release_workspaces",
+           "SIMULATOR"]
