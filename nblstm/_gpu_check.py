@@ -286,6 +286,30 @@ def _torch_lstm_times(shape, reps):
     return timed(fwd), timed(fwd_bwd)
 
 
+def _host_counts(fn):
+    """``(kernel launches, device allocations)`` made by one call of ``fn`` (Numba's launch and allocation paths)."""
+    from numba.cuda import dispatcher
+    from numba.cuda.cudadrv import driver
+
+    counts = [0, 0]
+    launch, memalloc = dispatcher.launch, driver.Context.memalloc
+
+    def counted_launch(*args, **kwargs):
+        counts[0] += 1
+        return launch(*args, **kwargs)
+
+    def counted_memalloc(self, *args, **kwargs):
+        counts[1] += 1
+        return memalloc(self, *args, **kwargs)
+
+    dispatcher.launch, driver.Context.memalloc = counted_launch, counted_memalloc
+    try:
+        fn()
+    finally:
+        dispatcher.launch, driver.Context.memalloc = launch, memalloc
+    return tuple(counts)
+
+
 def run_bench(out=sys.stdout, steps=25, units_list=(512, 1024), batches=(1, 16, 64), reps=10):
     """Time forward and forward+backward (float32) on DeepBench-like shapes.
 
@@ -294,7 +318,8 @@ def run_bench(out=sys.stdout, steps=25, units_list=(512, 1024), batches=(1, 16, 
     warm-up), GFLOP/s of the GEMMs (forward ``2 T B (I + H) 4H``, backward
     twice that), and the ratio to PyTorch's cuDNN ``nn.LSTM`` when
     available (ratio > 1: nblstm is slower). For small batches both loop
-    variants are timed: per-step launches and the persistent kernel.
+    variants are timed: per-step launches and the persistent kernel. Then
+    the kernel launches and device allocations of one warm call of each op.
 
     Returns
     -------
@@ -331,4 +356,31 @@ def run_bench(out=sys.stdout, steps=25, units_list=(512, 1024), batches=(1, 16, 
                     cf = rf = cfb = rfb = "    n/a"
                 print(f"{steps:3d} {batch:3d} {units:5d} {label:10} {t_f:8.2f} {flops / t_f / 1e6:8.0f} {cf} {rf} "
                       f"{t_fb:8.2f} {3 * flops / t_fb / 1e6:8.0f} {cfb} {rfb}", file=out)
+    _print_host_counts(cuda, ncuda, rng, steps, out)
     return 0
+
+
+def _print_host_counts(cuda, ncuda, rng, steps, out):
+    """Launches and allocations of one warm forward and backward, per loop variant."""
+    import nblstm
+
+    d = {k: cuda.to_device(v) for k, v in _inputs(rng, (steps, 4, 64, 64), np.float32).items()}
+    core = (d["x"], d["cs_prev"], d["h_prev"], d["w"])
+    print(f"host work per call (T={steps}): kernel launches / device allocations", file=out)
+    saved = ncuda.PERSISTENT
+    try:
+        for label, persistent in (("per-step", False), ("persistent", True)):
+            ncuda.PERSISTENT = persistent
+            outs = nblstm.block_lstm(*core, d["b"])
+            ops = {
+                "block_lstm": lambda: nblstm.block_lstm(*core, d["b"]),
+                "block_lstm_grad": lambda outs=outs: nblstm.block_lstm_grad(*core, outs, h_grad=d["h_grad"]),
+            }
+            for name, fn in ops.items():
+                fn()
+                fn()  # the first calls size the scratch memory kept between calls
+                launches, allocations = _host_counts(fn)
+                print(f"  {name:16} {label:10} {launches:4d} launches {allocations:3d} allocations", file=out)
+    finally:
+        ncuda.PERSISTENT = saved
+    cuda.synchronize()
