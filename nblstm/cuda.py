@@ -1170,6 +1170,24 @@ def _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad
     return run.finish(parts)
 
 
+def _context_cache():
+    """Numba's cache of the current CUDA context, held for a whole call.
+
+    Numba looks the current context up (two driver calls) on every
+    allocation, launch and array conversion unless an outer
+    ``driver.get_active_context()`` block caches it; one block around the
+    call replaces about 30 lookups of a forward by one.
+    """
+    if SIMULATOR:
+        return contextlib.nullcontext()
+    try:
+        from numba.cuda.cudadrv.driver import driver
+
+        return driver.get_active_context()
+    except Exception:  # noqa: BLE001 - other Numba internals: no cache
+        return contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def _call(named, stream):
     """Checks and context of one entry-point call.
@@ -1181,7 +1199,7 @@ def _call(named, stream):
     _require_gpu()
     first = named["x"] if named.get("x") is not None else next(v for v in named.values() if v is not None)
     ordinal = _check_same_device(named)
-    with _on_device(ordinal):
+    with _on_device(ordinal), _context_cache():
         storage = _storage_dtype(first)
         dtype = _compute_dtype(storage)
         launch_stream = _stream(stream, first)
