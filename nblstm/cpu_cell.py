@@ -8,83 +8,67 @@ sequence lengths with ``dynamic_rnn`` semantics (past its length an
 example's state is carried unchanged and its output is zero); and the state
 ``(c, m)`` in which ``m`` has ``P = num_proj or H`` columns.
 
-The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md):
+The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
 
-- The input projection of all steps, ``x @ kernel[:I] + bias``, is one GEMM
-  before the time loop (NumPy's multi-threaded BLAS).
+- Every GEMM runs inside numba kernels as a single-threaded call of SciPy's
+  BLAS (:func:`nblstm._blas.single_threaded_blas`) on a slice of the work,
+  one slice per thread; NumPy's multi-threaded BLAS is never called (its
+  threads would spin and fight numba's for the cores). A kernel opens no
+  parallel region when the work is a single block: each region costs a
+  barrier, and far more than its work on busy cores.
+- The input projection of all steps, ``x @ kernel[:I]``, is one GEMM before
+  the time loop, its rows split across threads, written straight into the
+  ``[T, B, 4H]`` gates array; each step's gate maths reads the projection
+  there (adding the bias) and overwrites it with the gates.
 - The hidden units are split into chunks, one per thread, with the weight
   columns packed so that a chunk's ``[i | j | f | o]`` blocks are contiguous.
   Each step is one parallel region: every thread runs a single-threaded GEMM
   on its slice of the recurrent weights, then the gate maths of that slice.
   With a projection a second region per step computes ``m`` (its columns
   split across threads): ``m`` needs every unit's ``r``.
-- Backward keeps only the recurrent GEMMs in the time loop; the input
-  gradient and every weight gradient are GEMMs or reductions after it.
+- Backward keeps only the recurrent GEMMs (and the peephole gradients) in
+  the time loop; the input gradient and the kernel, bias and projection
+  gradients are GEMMs and reductions after it, split across threads by rows,
+  reading ``x`` and ``m`` in place (no shifted copies).
+- Kernels use ``error_model="numpy"`` and run the gate maths on 1-D row
+  views, so that LLVM vectorizes it; the tanh activation (the default) gets
+  its own copy of the loops in which the activation code is a constant, so
+  that its float32 loops are branch-free arithmetic (:func:`nblstm.spec.tanh`).
 
 All kernels take the options (activation code, clip bounds, flags) as run-time
 arguments, so there is one compiled kernel per dtype (float32, float64).
 """
-
-import contextlib
-import threading
 
 import numba
 import numpy as np
 from numba import njit, prange
 
 from ._blas import single_threaded_blas
+from .cpu import _JIT, _gemm_rows, _split, row_bounds
+from .cpu import chunk_bounds as _chunk_bounds
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
-
-_numpy_blas = {"controller": None}
-_numpy_blas_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _serial_numpy_blas(work):
-    """Hold NumPy's own BLAS to one thread for small problems (``work`` multiply-adds per step).
-
-    The GEMMs before and after the time loop run in NumPy's BLAS. For small
-    ones, waking its threads costs more than it saves, and far more on busy
-    cores: on this project's shared 2-core machines a small forward and
-    backward (T=16, B=64, H=24) took 10-20 ms with NumPy's BLAS on two threads,
-    2-3 ms on one.
-    """
-    if work >= _MIN_PARALLEL_STEP_WORK:
-        yield
-        return
-    with _numpy_blas_lock:
-        if _numpy_blas["controller"] is None:
-            from threadpoolctl import ThreadpoolController
-
-            _numpy_blas["controller"] = ThreadpoolController()
-    with _numpy_blas["controller"].limit(limits=1, user_api="blas"):
-        yield
-
 
 # Below this many multiply-adds in a step's recurrent GEMM, one thread does
 # the step: a parallel region costs a few microseconds to open, and far more
 # when the cores are shared (T=16, B=64, H=24 on 2 busy cores: 1.5 ms forward
 # on one thread, 6-15 ms split in two chunks).
 _MIN_PARALLEL_STEP_WORK = 1 << 18
-# Fewer columns than this per chunk make thin, inefficient GEMMs.
-_MIN_COLUMNS_PER_CHUNK = 8
 
 
 def chunk_bounds(batch_size, width, num_chunks=None):
     """Split ``width`` hidden units (or projected columns) into chunks, one per thread.
+
+    :func:`nblstm.cpu.chunk_bounds` with the cell's own threshold for
+    splitting a step at all (:data:`_MIN_PARALLEL_STEP_WORK`).
 
     Returns
     -------
     numpy.ndarray
         ``bounds: [K + 1]`` int64; chunk ``k`` holds ``bounds[k] .. bounds[k + 1] - 1``.
     """
-    if num_chunks is None:
-        if batch_size * width * 4 * width < _MIN_PARALLEL_STEP_WORK:
-            num_chunks = 1
-        else:
-            num_chunks = min(numba.get_num_threads(), max(1, width // _MIN_COLUMNS_PER_CHUNK))
-    num_chunks = max(1, min(num_chunks, width))
-    return np.linspace(0, width, num_chunks + 1).round().astype(np.int64)
+    if num_chunks is None and batch_size * width * 4 * width < _MIN_PARALLEL_STEP_WORK:
+        num_chunks = 1
+    return _chunk_bounds(batch_size, width, num_chunks)
 
 
 def packed_columns(num_units, bounds):
@@ -101,11 +85,63 @@ def packed_columns(num_units, bounds):
     return np.concatenate(perm).astype(np.int64)
 
 
-@njit(cache=True)
-def _forward_units(t, h0, h1, xw, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
-                   act, use_peepholes, has_proj, one, gates, c_raw_, c_, ac_, r_, m_):
+# ---------------------------------------------------------------------------
+# Forward
+# ---------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
+                  use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
+    """Gate maths of step ``t`` for the units ``h0..h1-1`` of every row (inlined: ``act`` may be a constant)."""
+    batch = gk.shape[0]
+    hk = h1 - h0
+    zero = one - one
+    # Packed columns of the chunk's gates i, j, f, o in a row of ``gates``.
+    ci, cj, cf, co = 4 * h0, 4 * h0 + hk, 4 * h0 + 2 * hk, 4 * h0 + 3 * hk
+    for b in range(batch):
+        g = gk[b]
+        pre = gates[t, b]
+        c_src = c0[b] if t == 0 else c_[t - 1, b]
+        c_raw_r, c_r, ac_r, r_r = c_raw_[t, b], c_[t, b], ac_[t, b], r_[t, b]
+        if t < lengths[b]:
+            for jj in range(hk):
+                j = h0 + jj
+                i, jg, f, o, c_raw, c, ac, r = cell_forward_unit(
+                    g[jj] + pre[ci + jj] + bias[ci + jj], g[hk + jj] + pre[cj + jj] + bias[cj + jj],
+                    g[2 * hk + jj] + pre[cf + jj] + bias[cf + jj], g[3 * hk + jj] + pre[co + jj] + bias[co + jj],
+                    c_src[j], w_i[j], w_f[j], w_o[j], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
+                )
+                pre[ci + jj] = i
+                pre[cj + jj] = jg
+                pre[cf + jj] = f
+                pre[co + jj] = o
+                c_raw_r[j] = c_raw
+                c_r[j] = c
+                ac_r[j] = ac
+                r_r[j] = r  # also m without a projection (m_ is r_)
+        else:
+            # Past the example's length the state is carried unchanged.
+            for jj in range(4 * hk):
+                pre[ci + jj] = zero
+            for jj in range(hk):
+                j = h0 + jj
+                c_raw_r[j] = c_src[j]
+                c_r[j] = c_src[j]
+                ac_r[j] = zero
+                r_r[j] = zero
+            if not has_proj:
+                m_src = m0[b] if t == 0 else m_[t - 1, b]
+                m_r = m_[t, b]
+                for jj in range(hk):
+                    m_r[h0 + jj] = m_src[h0 + jj]
+
+
+@njit(**_JIT)
+def _forward_units(t, h0, h1, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias, cell_clip,
+                   clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
     """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths."""
-    batch = xw.shape[1]
+    batch = gates.shape[1]
     depth = m0.shape[1]
     hk = h1 - h0
     wk = w_rec[depth * 4 * h0:depth * 4 * h1].reshape((depth, 4 * hk))
@@ -114,41 +150,15 @@ def _forward_units(t, h0, h1, xw, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, f
         np.dot(m0, wk, gk)
     else:
         np.dot(m_[t - 1], wk, gk)
-    zero = one - one
-    col = 4 * h0
-    for b in range(batch):
-        active = t < lengths[b]
-        for jj in range(hk):
-            j = h0 + jj
-            c_prev = c0[b, j] if t == 0 else c_[t - 1, b, j]
-            if active:
-                i, g, f, o, c_raw, c, ac, r = cell_forward_unit(
-                    gk[b, jj] + xw[t, b, col + jj],
-                    gk[b, hk + jj] + xw[t, b, col + hk + jj],
-                    gk[b, 2 * hk + jj] + xw[t, b, col + 2 * hk + jj],
-                    gk[b, 3 * hk + jj] + xw[t, b, col + 3 * hk + jj],
-                    c_prev, w_i[j], w_f[j], w_o[j], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
-                )
-            else:
-                # Past the example's length the state is carried unchanged.
-                i = g = f = o = ac = r = zero
-                c_raw = c = c_prev
-            gates[t, b, col + jj] = i
-            gates[t, b, col + hk + jj] = g
-            gates[t, b, col + 2 * hk + jj] = f
-            gates[t, b, col + 3 * hk + jj] = o
-            c_raw_[t, b, j] = c_raw
-            c_[t, b, j] = c
-            ac_[t, b, j] = ac
-            r_[t, b, j] = r
-            if not has_proj:
-                if active:
-                    m_[t, b, j] = r
-                else:
-                    m_[t, b, j] = m0[b, j] if t == 0 else m_[t - 1, b, j]
+    if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
+        _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
+                      0, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+    else:
+        _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
+                      act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
 
 
-@njit(cache=True)
+@njit(**_JIT)
 def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip_on, m_raw_, m_):
     """Step ``t`` of the projected columns ``p0..p1-1``: ``m = clip(r @ projection)``."""
     batch = r_.shape[1]
@@ -158,29 +168,37 @@ def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip
     gk = work[batch * p0:batch * p1].reshape((batch, pk))
     np.dot(r_[t], wk, gk)
     for b in range(batch):
-        active = t < lengths[b]
-        for jj in range(pk):
-            p = p0 + jj
-            if active:
-                m_raw_[t, b, p] = gk[b, jj]
-                m_[t, b, p] = clip_value(gk[b, jj], proj_clip, proj_clip_on)
-            else:
-                m_raw_[t, b, p] = gk[b, jj] - gk[b, jj]
-                m_[t, b, p] = m0[b, p] if t == 0 else m_[t - 1, b, p]
+        g = gk[b]
+        raw_r, m_r = m_raw_[t, b], m_[t, b]
+        if t < lengths[b]:
+            for jj in range(pk):
+                raw_r[p0 + jj] = g[jj]
+                m_r[p0 + jj] = clip_value(g[jj], proj_clip, proj_clip_on)
+        else:
+            m_src = m0[b] if t == 0 else m_[t - 1, b]
+            for jj in range(pk):
+                raw_r[p0 + jj] = g[jj] - g[jj]
+                m_r[p0 + jj] = m_src[p0 + jj]
 
 
-@njit(parallel=True, cache=True)
-def forward_kernel(xw, c0, m0, w_rec, bounds, w_proj, proj_bounds, lengths, w_i, w_f, w_o, forget_bias, cell_clip,
-                   clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj, work, proj_work,
-                   gates, c_raw_, c_, ac_, r_, m_raw_, m_):
-    """Recurrent part of the cell's forward pass over ``T = xw.shape[0]`` steps.
+@njit(parallel=True, **_JIT)
+def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
+                   forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj, work,
+                   proj_work, gates, c_raw_, c_, ac_, r_, m_raw_, m_):
+    """The cell's forward pass over ``T = gates.shape[0]`` steps.
 
     Parameters
     ----------
-    xw : [T, B, 4H] array
-        Packed input projections plus bias.
+    x2d : [T * B, I] C-contiguous array
+        Inputs of all steps.
+    w_x : [I, 4H] C-contiguous array
+        Packed input weights.
+    rows : [R + 1] int64 array
+        Row blocks of the input projection (:func:`nblstm.cpu.row_bounds`).
     c0 : [B, H] array
     m0 : [B, P] array
+    bias : [4H] array
+        Packed bias.
     w_rec : [P * 4H] array
         Packed recurrent weights, chunk after chunk, each a C-ordered ``[P, 4 hk]`` block.
     bounds : [K + 1] int64 array
@@ -200,34 +218,42 @@ def forward_kernel(xw, c0, m0, w_rec, bounds, w_proj, proj_bounds, lengths, w_i,
         Activation code.
     work : [B * 4H] array
     proj_work : [B * P] array
-        Workspaces of the GEMMs.
-    gates : [T, B, 4H] array
-        Output: packed ``i, j, f, o`` after their nonlinearities (zero past the lengths).
+        Workspaces of the per-step GEMMs.
+    gates : [T, B, 4H] C-contiguous array
+        Output: packed ``i, j, f, o`` after their nonlinearities (zero past
+        the lengths). Also the workspace of the input projection.
     c_raw_, c_, ac_, r_ : [T, B, H] arrays
         Output: cell before and after clipping (the carried state), ``act(c)``
         and ``r = o * act(c)``.
     m_raw_ : [T, B, P] array
         Output: projection before ``proj_clip`` (unused without a projection).
     m_ : [T, B, P] array
-        Output: the carried output state ``m``. Without a projection it may be
+        Output: the carried output state ``m``. Without a projection it is
         the same array as ``r_``.
     """
-    one = xw.dtype.type(1.0)
-    fb = xw.dtype.type(forget_bias)
-    clip = xw.dtype.type(cell_clip)
-    pclip = xw.dtype.type(proj_clip)
+    one = gates.dtype.type(1.0)
+    fb = gates.dtype.type(forget_bias)
+    clip = gates.dtype.type(cell_clip)
+    pclip = gates.dtype.type(proj_clip)
+    steps, batch, four_units = gates.shape
     units = c0.shape[1]
     depth = m0.shape[1]
+    pre2d = gates.reshape((steps * batch, four_units))
+    if rows.shape[0] == 2:  # one block: no parallel region (each costs a barrier)
+        _gemm_rows(x2d, w_x, pre2d, rows, 0)
+    else:
+        for r in prange(rows.shape[0] - 1):
+            _gemm_rows(x2d, w_x, pre2d, rows, r)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
-    for t in range(xw.shape[0]):
+    for t in range(steps):
         if num_chunks == 1:
-            _forward_units(t, 0, units, xw, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act,
-                           use_peepholes, has_proj, one, gates, c_raw_, c_, ac_, r_, m_)
+            _forward_units(t, 0, units, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on,
+                           act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
         else:
             for k in prange(num_chunks):
-                _forward_units(t, bounds[k], bounds[k + 1], xw, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb,
-                               clip, clip_on, act, use_peepholes, has_proj, one, gates, c_raw_, c_, ac_, r_, m_)
+                _forward_units(t, bounds[k], bounds[k + 1], gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f,
+                               w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
         if has_proj:
             if num_proj_chunks == 1:
                 _forward_proj(t, 0, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
@@ -237,7 +263,12 @@ def forward_kernel(xw, c0, m0, w_rec, bounds, w_proj, proj_bounds, lengths, w_i,
                                   proj_clip_on, m_raw_, m_)
 
 
-@njit(cache=True)
+# ---------------------------------------------------------------------------
+# Backward
+# ---------------------------------------------------------------------------
+
+
+@njit(**_JIT)
 def _backward_m(t, p0, p1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on, has_proj,
                 one, dm, dm_raw):
     """Step ``t`` (backwards) of the output-state columns ``p0..p1-1``.
@@ -253,30 +284,76 @@ def _backward_m(t, p0, p1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_
     steps = d_gates.shape[0]
     four_units = d_gates.shape[2]
     pk = p1 - p0
+    zero = one - one
     gk = work[batch * p0:batch * p1].reshape((batch, pk))
     if t + 1 < steps:
         wk = w_rec_t[four_units * p0:four_units * p1].reshape((four_units, pk))
         np.dot(d_gates[t + 1], wk, gk)
     for b in range(batch):
+        dm_r = dm[b]
         if t + 1 < lengths[b]:
+            g = gk[b]
             for jj in range(pk):
-                dm[b, p0 + jj] = gk[b, jj]
+                dm_r[p0 + jj] = g[jj]
         if t >= 0:
-            active = t < lengths[b]
-            for jj in range(pk):
-                p = p0 + jj
-                if active:
-                    g = dm[b, p] + d_out[t, b, p]
-                    if has_proj:
-                        g = g * clip_value_grad(m_raw_[t, b, p], proj_clip, proj_clip_on, one)
-                    dm_raw[t, b, p] = g
+            raw_r = dm_raw[t, b]
+            if t < lengths[b]:
+                out_r = d_out[t, b]
+                if has_proj:
+                    m_raw_r = m_raw_[t, b]
+                    for jj in range(pk):
+                        p = p0 + jj
+                        raw_r[p] = (dm_r[p] + out_r[p]) * clip_value_grad(m_raw_r[p], proj_clip, proj_clip_on, one)
                 else:
-                    dm_raw[t, b, p] = one - one
+                    for jj in range(pk):
+                        raw_r[p0 + jj] = dm_r[p0 + jj] + out_r[p0 + jj]
+            else:
+                for jj in range(pk):
+                    raw_r[p0 + jj] = zero
 
 
-@njit(cache=True)
+@njit(inline="always")
+def _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
+                   use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad):
+    """Gate maths of step ``t`` (backwards) for the units ``h0..h1-1`` (inlined: ``act`` may be a constant)."""
+    batch = drk.shape[0]
+    hk = h1 - h0
+    zero = one - one
+    ci, cj, cf, co = 4 * h0, 4 * h0 + hk, 4 * h0 + 2 * hk, 4 * h0 + 3 * hk
+    for b in range(batch):
+        dg = d_gates[t, b]
+        if t >= lengths[b]:
+            # A carried step: no gate gradients, the cell gradient passes unchanged.
+            for jj in range(4 * hk):
+                dg[ci + jj] = zero
+            continue
+        dr = drk[b]
+        g = gates[t, b]
+        dc_r = dc[b]
+        c_src = c0[b] if t == 0 else c_[t - 1, b]
+        c_raw_r, c_r, ac_r = c_raw_[t, b], c_[t, b], ac_[t, b]
+        for jj in range(hk):
+            j = h0 + jj
+            c_prev = c_src[j]
+            di, dj, df, do, dc_prev = cell_backward_unit(
+                dr[jj], dc_r[j], g[ci + jj], g[cj + jj], g[cf + jj], g[co + jj], c_raw_r[j], ac_r[j], c_prev,
+                w_i[j], w_f[j], w_o[j], cell_clip, clip_on, act, use_peepholes, one,
+            )
+            dg[ci + jj] = di
+            dg[cj + jj] = dj
+            dg[cf + jj] = df
+            dg[co + jj] = do
+            dc_r[j] = dc_prev
+            if use_peepholes:
+                w_i_grad[j] += di * c_prev
+                w_f_grad[j] += df * c_prev
+                w_o_grad[j] += do * c_r[j]
+
+
+@njit(**_JIT)
 def _backward_units(t, h0, h1, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                    cell_clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc):
+                    cell_clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
+                    w_o_grad):
     """Step ``t`` (backwards) of the units ``h0..h1-1``: gradient of ``r``, then the gate maths."""
     batch = c0.shape[0]
     depth = dm_raw.shape[2]
@@ -287,37 +364,23 @@ def _backward_units(t, h0, h1, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, wor
         np.dot(dm_raw[t], wk, drk)
     else:
         for b in range(batch):
+            src = dm_raw[t, b]
+            dst = drk[b]
             for jj in range(hk):
-                drk[b, jj] = dm_raw[t, b, h0 + jj]
-    zero = one - one
-    col = 4 * h0
-    for b in range(batch):
-        if t >= lengths[b]:
-            # A carried step: no gate gradients, the cell gradient passes unchanged.
-            for jj in range(4 * hk):
-                d_gates[t, b, col + jj] = zero
-            continue
-        for jj in range(hk):
-            j = h0 + jj
-            c_prev = c0[b, j] if t == 0 else c_[t - 1, b, j]
-            di, dj, df, do, dc_prev = cell_backward_unit(
-                drk[b, jj], dc[b, j],
-                gates[t, b, col + jj], gates[t, b, col + hk + jj], gates[t, b, col + 2 * hk + jj],
-                gates[t, b, col + 3 * hk + jj], c_raw_[t, b, j], ac_[t, b, j], c_prev,
-                w_i[j], w_f[j], w_o[j], cell_clip, clip_on, act, use_peepholes, one,
-            )
-            d_gates[t, b, col + jj] = di
-            d_gates[t, b, col + hk + jj] = dj
-            d_gates[t, b, col + 2 * hk + jj] = df
-            d_gates[t, b, col + 3 * hk + jj] = do
-            dc[b, j] = dc_prev
+                dst[jj] = src[h0 + jj]
+    if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
+        _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, 0,
+                       use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
+    else:
+        _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
+                       use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, **_JIT)
 def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_t, proj_bounds, lengths,
                     w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj,
-                    work, proj_work, d_gates, dm_raw, dc, dm):
-    """Recurrent part of the cell's backward pass, steps ``T - 1 .. 0``.
+                    work, proj_work, d_gates, dm_raw, dc, dm, w_i_grad, w_f_grad, w_o_grad):
+    """The time loop of the cell's backward pass, steps ``T - 1 .. 0``.
 
     Parameters
     ----------
@@ -326,7 +389,7 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
     c_raw_, c_, ac_ : [T, B, H] arrays
     m_raw_ : [T, B, P] array
         Saved forward values (:func:`forward_kernel`).
-    d_out : [T, B, P] array
+    d_out : [T, B, P] C-contiguous array
         Gradient of the outputs (read only at steps inside each example's length).
     w_rec_t : [4H * P] array
         Packed transposed recurrent weights, column chunk after column chunk
@@ -355,6 +418,8 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
         On entry the gradient of the final cell state; on exit that of ``c0``.
     dm : [B, P] array
         On entry the gradient of the final ``m``; on exit that of ``m0``.
+    w_i_grad, w_f_grad, w_o_grad : [H] arrays, zero on entry
+        Output: peephole gradients (accumulated only with ``use_peepholes``).
     """
     one = gates.dtype.type(1.0)
     clip = gates.dtype.type(cell_clip)
@@ -374,17 +439,19 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
                                 m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
             if num_chunks == 1:
                 _backward_units(t, 0, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f,
-                                w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc)
+                                w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad,
+                                w_f_grad, w_o_grad)
             else:
                 for k in prange(num_chunks):
                     _backward_units(t, bounds[k], bounds[k + 1], c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
                                     lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one,
-                                    d_gates, dc)
+                                    d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
         elif num_chunks == 1:
             _backward_m(t, 0, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
                         has_proj, one, dm, dm_raw)
             _backward_units(t, 0, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                            clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc)
+                            clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
+                            w_o_grad)
         else:
             # Without a projection unit j's output is column j of m: both
             # phases of a chunk touch only its own columns, one region a step.
@@ -393,7 +460,7 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
                             proj_clip_on, has_proj, one, dm, dm_raw)
                 _backward_units(t, bounds[k], bounds[k + 1], c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
                                 lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates,
-                                dc)
+                                dc, w_i_grad, w_f_grad, w_o_grad)
     # The gradient of m0 from the first step's gate gradients.
     if num_proj_chunks == 1:
         _backward_m(-1, 0, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
@@ -404,13 +471,136 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
                         pclip, proj_clip_on, has_proj, one, dm, dm_raw)
 
 
+@njit(**_JIT)
+def _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial, partial_b,
+                        partial_p):
+    """Thread ``k``'s share of the GEMMs after the backward loop.
+
+    ``dx2d`` rows ``x_rows[k]..x_rows[k+1]-1``; the contribution of the same
+    rows to the input part of the kernel gradient, to the bias and to the
+    projection gradient, and of the rows ``m_rows[k]..m_rows[k+1]-1`` (steps
+    ``t >= 1``, whose previous output is ``m2d[row - B]``) to the recurrent
+    part, into ``partial[k]``, ``partial_b[k]``, ``partial_p[k]``; thread 0
+    adds step 0, whose previous output is ``m0``.
+    """
+    batch = m0.shape[0]
+    inputs = x2d.shape[1]
+    p = partial[k]
+    r0, r1 = x_rows[k], x_rows[k + 1]
+    if inputs > 0:
+        _gemm_rows(dg2d, w_x.T, dx2d, x_rows, k)
+    if r1 > r0 and inputs > 0:
+        np.dot(x2d[r0:r1].T, dg2d[r0:r1], p[:inputs])
+    else:
+        p[:inputs] = 0
+    pb = partial_b[k]
+    pb[:] = 0
+    for row in range(r0, r1):
+        dr = dg2d[row]
+        for c in range(pb.shape[0]):
+            pb[c] += dr[c]
+    if has_proj:
+        if r1 > r0:
+            np.dot(r2d[r0:r1].T, dm2d[r0:r1], partial_p[k])
+        else:
+            partial_p[k][:] = 0
+    q0, q1 = m_rows[k], m_rows[k + 1]
+    pm = p[inputs:]
+    if q1 > q0:
+        np.dot(m2d[q0 - batch:q1 - batch].T, dg2d[q0:q1], pm)
+    else:
+        pm[:] = 0
+    if k == 0:
+        # dg2d[:B] is step 0, whose previous output is m0.
+        first = np.dot(m0.T, dg2d[:batch])
+        for row in range(pm.shape[0]):
+            for c in range(pm.shape[1]):
+                pm[row, c] += first[row, c]
+
+
+@njit(parallel=True, **_JIT)
+def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, perm, has_proj, dx2d, partial, partial_b,
+                        partial_p, d_kernel, d_bias, d_proj):
+    """The GEMMs after the backward loop, split across threads by rows of ``dg2d``.
+
+    Parameters
+    ----------
+    x2d : [T * B, I] C-contiguous array
+        Inputs of all steps.
+    m2d : [T * B, P] C-contiguous array
+        Output state ``m``; row ``r - B`` is the previous output of row ``r``.
+    m0 : [B, P] C-contiguous array
+    r2d : [T * B, H] C-contiguous array
+        ``r = o * act(c)`` (read only with a projection).
+    dg2d : [T * B, 4H] C-contiguous array
+        Packed gate gradients of all steps.
+    dm2d : [T * B, P] C-contiguous array
+        Gradient of the projection before clipping (read only with a projection).
+    w_x : [I, 4H] C-contiguous array
+        Packed input weights.
+    x_rows : [K + 1] int64 array
+        Row blocks over ``0 .. T * B``.
+    m_rows : [K + 1] int64 array
+        Row blocks over ``B .. T * B``.
+    perm : [4H] int64 array
+        Packed column ``c`` is column ``perm[c]`` of the ICFO layout.
+    has_proj : bool
+    dx2d : [T * B, I] array
+        Output ``dg2d @ w_x.T``.
+    partial : [K, I + P, 4H] array
+    partial_b : [K, 4H] array
+    partial_p : [K, H, P] array
+        Workspaces: each thread's part of the kernel, bias and projection gradients.
+    d_kernel : [I + P, 4H] array
+        Output ``[x_t, m_{t-1}]^T @ dgates`` summed over steps, ICFO columns.
+    d_bias : [4H] array
+        Output: column sums of ``dg2d``, ICFO.
+    d_proj : [H, P] array
+        Output ``r^T @ dm2d`` (written only with a projection).
+    """
+    num_blocks = x_rows.shape[0] - 1
+    if num_blocks == 1:  # no parallel region (each costs a barrier)
+        _weight_grads_block(0, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial,
+                            partial_b, partial_p)
+    else:
+        for k in prange(num_blocks):
+            _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial,
+                                partial_b, partial_p)
+    # Sum the parts, unpacking the columns to ICFO on the way.
+    for row in range(d_kernel.shape[0]):
+        out = d_kernel[row]
+        src = partial[0, row]
+        for c in range(perm.shape[0]):
+            out[perm[c]] = src[c]
+        for k in range(1, num_blocks):
+            src = partial[k, row]
+            for c in range(perm.shape[0]):
+                out[perm[c]] += src[c]
+    for c in range(perm.shape[0]):
+        d_bias[perm[c]] = partial_b[0, c]
+        for k in range(1, num_blocks):
+            d_bias[perm[c]] += partial_b[k, c]
+    if has_proj:
+        d_proj[:] = partial_p[0]
+        for k in range(1, num_blocks):
+            pk = partial_p[k]
+            for row in range(d_proj.shape[0]):
+                for c in range(d_proj.shape[1]):
+                    d_proj[row, c] += pk[row, c]
+
+
 # ---------------------------------------------------------------------------
 # Host drivers
 # ---------------------------------------------------------------------------
 
 
 def _column_chunks(matrix, bounds, width):
-    """Flatten ``matrix`` column block by column block: block ``k`` is ``matrix[:, width*b_k : width*b_{k+1}]``."""
+    """Flatten ``matrix`` column block by column block: block ``k`` is ``matrix[:, width*b_k : width*b_{k+1}]``.
+
+    With a single block this is ``matrix`` itself, flattened (no copy when it is C-contiguous).
+    """
+    if len(bounds) == 2:
+        return np.ascontiguousarray(matrix).reshape(-1)
     pairs = zip(bounds[:-1], bounds[1:], strict=True)
     return np.concatenate([matrix[:, width * a:width * b].ravel() for a, b in pairs])
 
@@ -451,20 +641,18 @@ class PackedWeights:
         self.perm = packed_columns(units, self.bounds)
         kp = kernel[:, self.perm]
         self.w_x = np.ascontiguousarray(kp[:input_depth])  # [I, 4H] packed
-        self.w_h = np.ascontiguousarray(kp[input_depth:])  # [P, 4H] packed
+        w_h = np.ascontiguousarray(kp[input_depth:])  # [P, 4H] packed
         self.bias = np.ascontiguousarray(weights["bias"][self.perm])
-        self.w_rec = _column_chunks(self.w_h, self.bounds, 4)
+        self.w_rec = _column_chunks(w_h, self.bounds, 4)
         if self.has_proj:
             self.proj_bounds = chunk_bounds(max(batch_size, 1), depth, len(self.bounds) - 1)
-            self.proj = np.ascontiguousarray(proj)
-            self.w_proj = _column_chunks(self.proj, self.proj_bounds, 1)
-            self.w_proj_t = _column_chunks(np.ascontiguousarray(proj.T), self.bounds, 1)
+            self.w_proj = _column_chunks(proj, self.proj_bounds, 1)
+            self.w_proj_t = _column_chunks(proj.T, self.bounds, 1)
         else:
             # Without a projection both backward phases share the unit chunks.
             self.proj_bounds = self.bounds
-            self.proj = None
             self.w_proj = self.w_proj_t = np.zeros(0, dtype)
-        self.w_rec_t = _column_chunks(np.ascontiguousarray(self.w_h.T), self.proj_bounds, 1)
+        self.w_rec_t = _column_chunks(w_h.T, self.proj_bounds, 1)
         zeros = np.zeros(units, dtype)
         self.peepholes = tuple(np.ascontiguousarray(weights.get(n, zeros))
                                for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
@@ -475,6 +663,11 @@ class PackedWeights:
         out = np.empty_like(packed)
         out[..., self.perm] = packed
         return out
+
+
+def _clip_args(bound):
+    """``(bound, on)`` kernel arguments of an optional clip bound."""
+    return (0.0, False) if bound is None else (float(bound), True)
 
 
 def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_clip, act):
@@ -498,31 +691,38 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
     dict
         Saved values: ``gates [T, B, 4H]`` (packed), ``c_raw, c, ac, r
         [T, B, H]``, ``m_raw, m [T, B, P]`` (``m_raw`` empty without a
-        projection), and the inputs the backward pass needs.
+        projection, ``m`` the same array as ``r``), and the inputs the
+        backward pass needs.
     """
     steps, batch, inputs = x.shape
     units, depth, dtype = packed.units, packed.depth, packed.dtype
+    c = np.ascontiguousarray
+    x, c0, m0 = c(x, dtype), c(c0, dtype), c(m0, dtype)
     saved = {"x": x, "c0": c0, "m0": m0, "lengths": lengths}
-    gates = np.zeros((steps, batch, 4 * units), dtype)
-    c_raw, c, ac, r = (np.zeros((steps, batch, units), dtype) for _ in range(4))
-    if packed.has_proj:
-        m_raw, m = np.zeros((steps, batch, depth), dtype), np.zeros((steps, batch, depth), dtype)
-    else:
-        m_raw, m = _dummy3(dtype), r
-    saved.update(gates=gates, c_raw=c_raw, c=c, ac=ac, r=r, m_raw=m_raw, m=m)
     if steps == 0 or batch == 0:
+        gates = np.zeros((steps, batch, 4 * units), dtype)
+        c_raw_, c_, ac_, r_ = (np.zeros((steps, batch, units), dtype) for _ in range(4))
+        m_raw_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else _dummy3(dtype)
+        m_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else r_
+        saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
         return saved
+    # Every element of these is written by the kernel.
+    gates = np.empty((steps, batch, 4 * units), dtype)
+    c_raw_, c_, ac_, r_ = (np.empty((steps, batch, units), dtype) for _ in range(4))
+    if packed.has_proj:
+        m_raw_, m_ = np.empty((steps, batch, depth), dtype), np.empty((steps, batch, depth), dtype)
+    else:
+        m_raw_, m_ = _dummy3(dtype), r_
+    saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
+    rows = steps * batch
     work = np.empty(batch * 4 * units, dtype)
     proj_work = np.empty(batch * depth, dtype)
-    with _serial_numpy_blas(batch * (inputs + depth) * 4 * units), single_threaded_blas():
-        xw = x.reshape(steps * batch, inputs) @ packed.w_x
-        xw += packed.bias
-        xw = xw.reshape(steps, batch, 4 * units)
-        forward_kernel(xw, c0, m0, packed.w_rec, packed.bounds, packed.w_proj, packed.proj_bounds, lengths,
-                       *packed.peepholes, float(forget_bias), 0.0 if cell_clip is None else float(cell_clip),
-                       cell_clip is not None, 0.0 if proj_clip is None else float(proj_clip),
-                       proj_clip is not None and packed.has_proj, int(act), packed.use_peepholes, packed.has_proj,
-                       work, proj_work, gates, c_raw, c, ac, r, m_raw, m)
+    with single_threaded_blas():
+        forward_kernel(x.reshape(rows, inputs), packed.w_x, row_bounds(rows, inputs * 4 * units), c0, m0,
+                       packed.bias, packed.w_rec, packed.bounds, packed.w_proj, packed.proj_bounds,
+                       c(lengths, np.int64), *packed.peepholes, float(forget_bias), *_clip_args(cell_clip),
+                       *_clip_args(proj_clip if packed.has_proj else None), int(act), packed.use_peepholes,
+                       packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, m_raw_, m_)
     return saved
 
 
@@ -542,19 +742,13 @@ def masked_outputs(saved):
 
 
 def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act):
-    """Whole-sequence backward of the cell (see :func:`_sequence_backward`)."""
-    batch = saved["x"].shape[1]
-    with _serial_numpy_blas(batch * (packed.input_depth + packed.depth) * 4 * packed.units):
-        return _sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
-
-
-def _sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act):
     """Whole-sequence backward of the cell.
 
     Parameters
     ----------
     saved : dict
-        From :func:`sequence_forward` with the same ``packed``.
+        From :func:`sequence_forward` with the same ``packed`` (not modified:
+        the backward pass may run several times).
     packed : PackedWeights
     d_out : [T, B, P] array
         Gradient of the outputs.
@@ -575,37 +769,45 @@ def _sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     dc = np.array(d_c, dtype, copy=True, order="C")
     dm = np.array(d_m, dtype, copy=True, order="C")
-    d_gates = np.zeros((steps, batch, 4 * units), dtype)
-    dm_raw = np.zeros((steps, batch, depth), dtype)
-    if steps > 0 and batch > 0:
+    peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
+    d_kernel = np.zeros((inputs + depth, 4 * units), dtype)
+    d_bias = np.zeros(4 * units, dtype)
+    d_proj = np.zeros((units, depth), dtype) if packed.has_proj else np.zeros((0, 0), dtype)
+    rows = steps * batch
+    d_x = np.zeros((steps, batch, inputs), dtype)
+    if rows > 0:
+        c = np.ascontiguousarray
+        # The only [T, B, 4H] array of the backward pass: the gate gradients,
+        # needed by the weight gradients after the loop.
+        d_gates = np.empty((steps, batch, 4 * units), dtype)
+        dm_raw = np.empty((steps, batch, depth), dtype)
         work = np.empty(batch * units, dtype)
         proj_work = np.empty(batch * depth, dtype)
+        lengths = c(lengths, np.int64)
+        x_rows = row_bounds(rows, (2 * inputs + 2 * depth) * 4 * units)
+        num_blocks = x_rows.shape[0] - 1
+        m_rows = batch + _split(rows - batch, num_blocks)
+        if m_rows.shape[0] != x_rows.shape[0]:  # fewer rows than blocks: none for some
+            m_rows = np.full(num_blocks + 1, rows, np.int64)
+            m_rows[0] = batch
+        partial = np.empty((num_blocks, inputs + depth, 4 * units), dtype)
+        partial_b = np.empty((num_blocks, 4 * units), dtype)
+        partial_p = np.empty((num_blocks, *d_proj.shape), dtype)
         with single_threaded_blas():
             backward_kernel(c0, saved["gates"], saved["c_raw"], saved["c"], saved["ac"], saved["m_raw"],
-                            np.ascontiguousarray(d_out, dtype), packed.w_rec_t, packed.bounds, packed.w_proj_t,
-                            packed.proj_bounds, lengths, *packed.peepholes,
-                            0.0 if cell_clip is None else float(cell_clip), cell_clip is not None,
-                            0.0 if proj_clip is None else float(proj_clip), proj_clip is not None and packed.has_proj,
-                            int(act), packed.use_peepholes, packed.has_proj, work, proj_work, d_gates, dm_raw, dc, dm)
-    rows = steps * batch
-    dg = d_gates.reshape(rows, 4 * units)
-    d_x = (dg @ packed.w_x.T).reshape(steps, batch, inputs)
-    # m_prev of every step: m0, then m[0..T-2].
-    m_prev = np.concatenate([m0[None], saved["m"][:steps - 1]]) if steps else np.zeros((0, batch, depth), dtype)
-    d_kernel = np.empty((inputs + depth, 4 * units), dtype)
-    d_kernel[:inputs] = x.reshape(rows, inputs).T @ dg
-    d_kernel[inputs:] = m_prev.reshape(rows, depth).T @ dg
-    d_weights = {"kernel": packed.unpack_columns(d_kernel), "bias": packed.unpack_columns(dg.sum(axis=0))}
+                            c(d_out, dtype), packed.w_rec_t, packed.bounds, packed.w_proj_t, packed.proj_bounds,
+                            lengths, *packed.peepholes, *_clip_args(cell_clip),
+                            *_clip_args(proj_clip if packed.has_proj else None), int(act), packed.use_peepholes,
+                            packed.has_proj, work, proj_work, d_gates, dm_raw, dc, dm, *peephole_grads)
+            weight_grads_kernel(x.reshape(rows, inputs), saved["m"].reshape(rows, depth), m0,
+                                saved["r"].reshape(rows, units), d_gates.reshape(rows, 4 * units),
+                                dm_raw.reshape(rows, depth), packed.w_x, x_rows, m_rows, packed.perm, packed.has_proj,
+                                d_x.reshape(rows, inputs), partial, partial_b, partial_p, d_kernel, d_bias, d_proj)
+    d_weights = {"kernel": d_kernel, "bias": d_bias}
     if packed.use_peepholes:
-        dgu = packed.unpack_columns(dg)
-        c_prev = np.concatenate([c0[None], saved["c"][:steps - 1]]).reshape(rows, units) if steps else \
-            np.zeros((0, units), dtype)
-        c_all = saved["c"].reshape(rows, units)
-        d_weights["w_f_diag"] = (dgu[:, 2 * units:3 * units] * c_prev).sum(axis=0)
-        d_weights["w_i_diag"] = (dgu[:, :units] * c_prev).sum(axis=0)
-        d_weights["w_o_diag"] = (dgu[:, 3 * units:] * c_all).sum(axis=0)
+        d_weights["w_i_diag"], d_weights["w_f_diag"], d_weights["w_o_diag"] = peephole_grads
     if packed.has_proj:
-        d_weights["projection/kernel"] = saved["r"].reshape(rows, units).T @ dm_raw.reshape(rows, depth)
+        d_weights["projection/kernel"] = d_proj
     return d_x, dc, dm, d_weights
 
 
