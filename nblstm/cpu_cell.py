@@ -97,44 +97,47 @@ def _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, fo
     batch = gk.shape[0]
     hk = h1 - h0
     zero = one - one
-    # Packed columns of the chunk's gates i, j, f, o in a row of ``gates``.
-    ci, cj, cf, co = 4 * h0, 4 * h0 + hk, 4 * h0 + 2 * hk, 4 * h0 + 3 * hk
+    # Every row view below is sliced to the chunk, so that the loops index
+    # it from 0 (a known non-negative index needs no wraparound: they vectorize).
+    # Gates i, j, f, o of the chunk: columns jj, hk + jj, 2 hk + jj, 3 hk + jj
+    # of its slice of a row of ``gates`` (and of ``bias``).
+    bk = bias[4 * h0:4 * h1]
+    w_ik, w_fk, w_ok = w_i[h0:h1], w_f[h0:h1], w_o[h0:h1]
     for b in range(batch):
         g = gk[b]
-        pre = gates[t, b]
-        c_src = c0[b] if t == 0 else c_[t - 1, b]
-        c_raw_r, c_r, ac_r, r_r = c_raw_[t, b], c_[t, b], ac_[t, b], r_[t, b]
+        pre = gates[t, b, 4 * h0:4 * h1]
+        c_src = c0[b, h0:h1] if t == 0 else c_[t - 1, b, h0:h1]
+        c_raw_r, c_r, ac_r, r_r = c_raw_[t, b, h0:h1], c_[t, b, h0:h1], ac_[t, b, h0:h1], r_[t, b, h0:h1]
         if t < lengths[b]:
             for jj in range(hk):
-                j = h0 + jj
                 i, jg, f, o, c_raw, c, ac, r = cell_forward_unit(
-                    g[jj] + pre[ci + jj] + bias[ci + jj], g[hk + jj] + pre[cj + jj] + bias[cj + jj],
-                    g[2 * hk + jj] + pre[cf + jj] + bias[cf + jj], g[3 * hk + jj] + pre[co + jj] + bias[co + jj],
-                    c_src[j], w_i[j], w_f[j], w_o[j], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
+                    g[jj] + pre[jj] + bk[jj], g[hk + jj] + pre[hk + jj] + bk[hk + jj],
+                    g[2 * hk + jj] + pre[2 * hk + jj] + bk[2 * hk + jj],
+                    g[3 * hk + jj] + pre[3 * hk + jj] + bk[3 * hk + jj],
+                    c_src[jj], w_ik[jj], w_fk[jj], w_ok[jj], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
                 )
-                pre[ci + jj] = i
-                pre[cj + jj] = jg
-                pre[cf + jj] = f
-                pre[co + jj] = o
-                c_raw_r[j] = c_raw
-                c_r[j] = c
-                ac_r[j] = ac
-                r_r[j] = r  # also m without a projection (m_ is r_)
+                pre[jj] = i
+                pre[hk + jj] = jg
+                pre[2 * hk + jj] = f
+                pre[3 * hk + jj] = o
+                c_raw_r[jj] = c_raw
+                c_r[jj] = c
+                ac_r[jj] = ac
+                r_r[jj] = r  # also m without a projection (m_ is r_)
         else:
             # Past the example's length the state is carried unchanged.
             for jj in range(4 * hk):
-                pre[ci + jj] = zero
+                pre[jj] = zero
             for jj in range(hk):
-                j = h0 + jj
-                c_raw_r[j] = c_src[j]
-                c_r[j] = c_src[j]
-                ac_r[j] = zero
-                r_r[j] = zero
+                c_raw_r[jj] = c_src[jj]
+                c_r[jj] = c_src[jj]
+                ac_r[jj] = zero
+                r_r[jj] = zero
             if not has_proj:
-                m_src = m0[b] if t == 0 else m_[t - 1, b]
-                m_r = m_[t, b]
+                m_src = m0[b, h0:h1] if t == 0 else m_[t - 1, b, h0:h1]
+                m_r = m_[t, b, h0:h1]
                 for jj in range(hk):
-                    m_r[h0 + jj] = m_src[h0 + jj]
+                    m_r[jj] = m_src[jj]
 
 
 @njit(**_JIT)
@@ -169,16 +172,16 @@ def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip
     np.dot(r_[t], wk, gk)
     for b in range(batch):
         g = gk[b]
-        raw_r, m_r = m_raw_[t, b], m_[t, b]
+        raw_r, m_r = m_raw_[t, b, p0:p1], m_[t, b, p0:p1]
         if t < lengths[b]:
             for jj in range(pk):
-                raw_r[p0 + jj] = g[jj]
-                m_r[p0 + jj] = clip_value(g[jj], proj_clip, proj_clip_on)
+                raw_r[jj] = g[jj]
+                m_r[jj] = clip_value(g[jj], proj_clip, proj_clip_on)
         else:
-            m_src = m0[b] if t == 0 else m_[t - 1, b]
+            m_src = m0[b, p0:p1] if t == 0 else m_[t - 1, b, p0:p1]
             for jj in range(pk):
-                raw_r[p0 + jj] = g[jj] - g[jj]
-                m_r[p0 + jj] = m_src[p0 + jj]
+                raw_r[jj] = g[jj] - g[jj]
+                m_r[jj] = m_src[jj]
 
 
 @njit(parallel=True, **_JIT)
@@ -290,26 +293,26 @@ def _backward_m(t, p0, p1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_
         wk = w_rec_t[four_units * p0:four_units * p1].reshape((four_units, pk))
         np.dot(d_gates[t + 1], wk, gk)
     for b in range(batch):
-        dm_r = dm[b]
+        dm_r = dm[b, p0:p1]
         if t + 1 < lengths[b]:
             g = gk[b]
             for jj in range(pk):
-                dm_r[p0 + jj] = g[jj]
+                dm_r[jj] = g[jj]
         if t >= 0:
-            raw_r = dm_raw[t, b]
+            raw_r = dm_raw[t, b, p0:p1]
             if t < lengths[b]:
-                out_r = d_out[t, b]
+                out_r = d_out[t, b, p0:p1]
                 if has_proj:
-                    m_raw_r = m_raw_[t, b]
+                    m_raw_r = m_raw_[t, b, p0:p1]
                     for jj in range(pk):
-                        p = p0 + jj
-                        raw_r[p] = (dm_r[p] + out_r[p]) * clip_value_grad(m_raw_r[p], proj_clip, proj_clip_on, one)
+                        raw_r[jj] = (dm_r[jj] + out_r[jj]) * clip_value_grad(m_raw_r[jj], proj_clip, proj_clip_on,
+                                                                             one)
                 else:
                     for jj in range(pk):
-                        raw_r[p0 + jj] = dm_r[p0 + jj] + out_r[p0 + jj]
+                        raw_r[jj] = dm_r[jj] + out_r[jj]
             else:
                 for jj in range(pk):
-                    raw_r[p0 + jj] = zero
+                    raw_r[jj] = zero
 
 
 @njit(inline="always")
@@ -319,35 +322,36 @@ def _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f
     batch = drk.shape[0]
     hk = h1 - h0
     zero = one - one
-    ci, cj, cf, co = 4 * h0, 4 * h0 + hk, 4 * h0 + 2 * hk, 4 * h0 + 3 * hk
+    # Row views sliced to the chunk, indexed from 0 (see _forward_rows).
+    w_ik, w_fk, w_ok = w_i[h0:h1], w_f[h0:h1], w_o[h0:h1]
+    gi_k, gf_k, go_k = w_i_grad[h0:h1], w_f_grad[h0:h1], w_o_grad[h0:h1]
     for b in range(batch):
-        dg = d_gates[t, b]
+        dg = d_gates[t, b, 4 * h0:4 * h1]
         if t >= lengths[b]:
             # A carried step: no gate gradients, the cell gradient passes unchanged.
             for jj in range(4 * hk):
-                dg[ci + jj] = zero
+                dg[jj] = zero
             continue
         dr = drk[b]
-        g = gates[t, b]
-        dc_r = dc[b]
-        c_src = c0[b] if t == 0 else c_[t - 1, b]
-        c_raw_r, c_r, ac_r = c_raw_[t, b], c_[t, b], ac_[t, b]
+        g = gates[t, b, 4 * h0:4 * h1]
+        dc_r = dc[b, h0:h1]
+        c_src = c0[b, h0:h1] if t == 0 else c_[t - 1, b, h0:h1]
+        c_raw_r, c_r, ac_r = c_raw_[t, b, h0:h1], c_[t, b, h0:h1], ac_[t, b, h0:h1]
         for jj in range(hk):
-            j = h0 + jj
-            c_prev = c_src[j]
+            c_prev = c_src[jj]
             di, dj, df, do, dc_prev = cell_backward_unit(
-                dr[jj], dc_r[j], g[ci + jj], g[cj + jj], g[cf + jj], g[co + jj], c_raw_r[j], ac_r[j], c_prev,
-                w_i[j], w_f[j], w_o[j], cell_clip, clip_on, act, use_peepholes, one,
+                dr[jj], dc_r[jj], g[jj], g[hk + jj], g[2 * hk + jj], g[3 * hk + jj], c_raw_r[jj], ac_r[jj], c_prev,
+                w_ik[jj], w_fk[jj], w_ok[jj], cell_clip, clip_on, act, use_peepholes, one,
             )
-            dg[ci + jj] = di
-            dg[cj + jj] = dj
-            dg[cf + jj] = df
-            dg[co + jj] = do
-            dc_r[j] = dc_prev
+            dg[jj] = di
+            dg[hk + jj] = dj
+            dg[2 * hk + jj] = df
+            dg[3 * hk + jj] = do
+            dc_r[jj] = dc_prev
             if use_peepholes:
-                w_i_grad[j] += di * c_prev
-                w_f_grad[j] += df * c_prev
-                w_o_grad[j] += do * c_r[j]
+                gi_k[jj] += di * c_prev
+                gf_k[jj] += df * c_prev
+                go_k[jj] += do * c_r[jj]
 
 
 @njit(**_JIT)
