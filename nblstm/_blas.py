@@ -32,6 +32,19 @@ def _scipy_blas_controllers():
     return _state["controllers"]
 
 
+def _set_num_threads(lib, count):
+    """Set ``lib``'s thread count from any Python thread.
+
+    threadpoolctl lets only the first Python thread that changed OpenBLAS's
+    (process-wide) thread count change it again, and silently ignores the
+    others: kernels called from a second thread would then run a
+    multi-threaded BLAS inside numba's threads. This module serialises the
+    changes itself (lock and reference count), so it calls the setter below
+    that rule where threadpoolctl has one.
+    """
+    getattr(lib, "_real_set_num_threads", lib.set_num_threads)(count)
+
+
 @contextlib.contextmanager
 def single_threaded_blas():
     """Context manager: SciPy's BLAS runs on one thread inside it.
@@ -45,7 +58,7 @@ def single_threaded_blas():
             libs = _scipy_blas_controllers()
             _state["saved"] = [lib.num_threads for lib in libs]
             for lib in libs:
-                lib.set_num_threads(1)
+                _set_num_threads(lib, 1)
         _state["depth"] += 1
     try:
         yield
@@ -54,7 +67,7 @@ def single_threaded_blas():
             _state["depth"] -= 1
             if _state["depth"] == 0:
                 for lib, n in zip(_state["controllers"], _state["saved"]):
-                    lib.set_num_threads(n)
+                    _set_num_threads(lib, n)
 
 
 def blas_info():

@@ -40,6 +40,11 @@ _MIN_PARALLEL_STEP_WORK = 32768
 _MIN_UNITS_PER_CHUNK = 8
 # Row blocks of the large GEMMs below this many multiply-adds run on one thread.
 _MIN_PARALLEL_GEMM_WORK = 1 << 18
+# Rows per block of the forward's input projection. A fixed size, not one
+# block per thread: BLAS's result for a row can depend on how many rows its
+# call had, and the forward pass is to give the same bits on any number of
+# threads.
+_ROW_BLOCK = 64
 
 _JIT = {"cache": True, "error_model": "numpy"}
 
@@ -73,6 +78,13 @@ def row_bounds(rows, work_per_row):
     if rows * work_per_row < _MIN_PARALLEL_GEMM_WORK:
         return _split(rows, 1)
     return _split(rows, numba.get_num_threads())
+
+
+def row_blocks(rows, work_per_row):
+    """Split ``rows`` of the input projection into blocks that do not depend on the thread count."""
+    if rows * work_per_row < _MIN_PARALLEL_GEMM_WORK:
+        return _split(rows, 1)
+    return np.append(np.arange(0, rows, _ROW_BLOCK, dtype=np.int64), np.int64(rows))
 
 
 def gate_blocks(layout):
@@ -182,7 +194,7 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, blocks
     bounds : [K + 1] int64 array
         Hidden-unit chunks (:func:`chunk_bounds`).
     rows : [R + 1] int64 array
-        Row blocks of the input projection (:func:`row_bounds`).
+        Row blocks of the input projection (:func:`row_blocks`).
     blocks : [4] int64 array
         Gate block of ``i, ci, f, o`` (:func:`gate_blocks`).
     wci, wcf, wco : [H] arrays
@@ -431,7 +443,7 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     work = np.empty(batch * 4 * units, dtype)
     c = np.ascontiguousarray
     with single_threaded_blas():
-        forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, row_bounds(rows, inputs * 4 * units),
+        forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, row_blocks(rows, inputs * 4 * units),
                        gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
                        bool(use_peephole), work, *outs)
     return outs
