@@ -196,3 +196,16 @@ def test_caller_arrays_are_never_modified(p):
         np.testing.assert_array_equal(v, snapshot[k])
     for a, b in zip(out, outs):
         np.testing.assert_array_equal(a, b)
+
+
+def test_raw_gradient_ops_need_every_incoming_gradient(p):
+    out = raw_ops.BlockLSTMV2(T, p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"], p["wcf"], p["wco"], p["b"])
+    args = (T, p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"], p["wcf"], p["wco"], p["b"], *out)
+    with pytest.raises(TypeError, match=r"cs_grad must be a NumPy array"):
+        raw_ops.BlockLSTMGradV2(*args, None, out.h, False)
+    with pytest.raises(TypeError, match=r"h_grad must be a NumPy array"):
+        raw_ops.BlockLSTMGrad(*args, out.cs, None, False)
+    step = raw_ops.LSTMBlockCell(p["x"][0], p["cs_prev"], p["h_prev"], p["w"], p["wci"], p["wcf"], p["wco"], p["b"])
+    with pytest.raises(TypeError, match=r"h_grad must be a NumPy array"):
+        raw_ops.LSTMBlockCellGrad(p["x"][0], p["cs_prev"], p["h_prev"], p["w"], p["wci"], p["wcf"], p["wco"], p["b"],
+                                  *step[:6], step.cs, None, False)
