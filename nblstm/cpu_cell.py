@@ -242,8 +242,12 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bou
     units = c0.shape[1]
     depth = m0.shape[1]
     pre2d = gates.reshape((steps * batch, four_units))
+    # The one-block paths pass int64 values, never literals (``lo`` is 0, block
+    # ``rows.shape[0] - 2`` is block 0): a literal argument would compile each
+    # helper a second time, for that constant.
+    lo = bounds[0]
     if rows.shape[0] == 2:  # one block: no parallel region (each costs a barrier)
-        _gemm_rows(x2d, w_x, pre2d, rows, 0)
+        _gemm_rows(x2d, w_x, pre2d, rows, rows.shape[0] - 2)
     else:
         for r in prange(rows.shape[0] - 1):
             _gemm_rows(x2d, w_x, pre2d, rows, r)
@@ -251,7 +255,7 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bou
     num_proj_chunks = proj_bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
-            _forward_units(t, 0, units, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on,
+            _forward_units(t, lo, units, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on,
                            act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
         else:
             for k in prange(num_chunks):
@@ -259,7 +263,7 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bou
                                w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
         if has_proj:
             if num_proj_chunks == 1:
-                _forward_proj(t, 0, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
+                _forward_proj(t, lo, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
             else:
                 for k in prange(num_proj_chunks):
                     _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, m0, w_proj, proj_work, lengths, pclip,
@@ -430,19 +434,20 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
     pclip = gates.dtype.type(proj_clip)
     units = c0.shape[1]
     depth = dm.shape[1]
+    lo = bounds[0]  # 0, as an int64 (see forward_kernel)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
     for t in range(gates.shape[0] - 1, -1, -1):
         if has_proj:
             if num_proj_chunks == 1:
-                _backward_m(t, 0, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
+                _backward_m(t, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
                             has_proj, one, dm, dm_raw)
             else:
                 for k in prange(num_proj_chunks):
                     _backward_m(t, proj_bounds[k], proj_bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out,
                                 m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
             if num_chunks == 1:
-                _backward_units(t, 0, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f,
+                _backward_units(t, lo, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f,
                                 w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad,
                                 w_f_grad, w_o_grad)
             else:
@@ -451,9 +456,9 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
                                     lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one,
                                     d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
         elif num_chunks == 1:
-            _backward_m(t, 0, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
+            _backward_m(t, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
                         has_proj, one, dm, dm_raw)
-            _backward_units(t, 0, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
+            _backward_units(t, lo, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
                             clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
                             w_o_grad)
         else:
@@ -465,13 +470,13 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
                 _backward_units(t, bounds[k], bounds[k + 1], c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
                                 lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates,
                                 dc, w_i_grad, w_f_grad, w_o_grad)
-    # The gradient of m0 from the first step's gate gradients.
+    # The gradient of m0 from the first step's gate gradients (``t = -1``).
     if num_proj_chunks == 1:
-        _backward_m(-1, 0, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
+        _backward_m(lo - 1, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
                     has_proj, one, dm, dm_raw)
     else:
         for k in prange(num_proj_chunks):
-            _backward_m(-1, proj_bounds[k], proj_bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
+            _backward_m(lo - 1, proj_bounds[k], proj_bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
                         pclip, proj_clip_on, has_proj, one, dm, dm_raw)
 
 
@@ -564,7 +569,7 @@ def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, perm
     """
     num_blocks = x_rows.shape[0] - 1
     if num_blocks == 1:  # no parallel region (each costs a barrier)
-        _weight_grads_block(0, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial,
+        _weight_grads_block(num_blocks - 1, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial,
                             partial_b, partial_p)
     else:
         for k in prange(num_blocks):
