@@ -320,9 +320,12 @@ def _backward_m(t, p0, p1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_
 
 
 @njit(inline="always")
-def _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
+def _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
                    use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad):
-    """Gate maths of step ``t`` (backwards) for the units ``h0..h1-1`` (inlined: ``act`` may be a constant)."""
+    """Gate maths of step ``t`` (backwards) for the units ``h0..h1-1`` (inlined: ``act`` may be a constant).
+
+    ``d_gates[t]`` holds the step's gates on entry and their gradients on exit.
+    """
     batch = drk.shape[0]
     hk = h1 - h0
     zero = one - one
@@ -337,14 +340,13 @@ def _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f
                 dg[jj] = zero
             continue
         dr = drk[b]
-        g = gates[t, b, 4 * h0:4 * h1]
         dc_r = dc[b, h0:h1]
         c_src = c0[b, h0:h1] if t == 0 else c_[t - 1, b, h0:h1]
         c_raw_r, c_r, ac_r = c_raw_[t, b, h0:h1], c_[t, b, h0:h1], ac_[t, b, h0:h1]
         for jj in range(hk):
             c_prev = c_src[jj]
             di, dj, df, do, dc_prev = cell_backward_unit(
-                dr[jj], dc_r[jj], g[jj], g[hk + jj], g[2 * hk + jj], g[3 * hk + jj], c_raw_r[jj], ac_r[jj], c_prev,
+                dr[jj], dc_r[jj], dg[jj], dg[hk + jj], dg[2 * hk + jj], dg[3 * hk + jj], c_raw_r[jj], ac_r[jj], c_prev,
                 w_ik[jj], w_fk[jj], w_ok[jj], cell_clip, clip_on, act, use_peepholes, one,
             )
             dg[jj] = di
@@ -359,7 +361,7 @@ def _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f
 
 
 @njit(**_JIT)
-def _backward_units(t, h0, h1, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
+def _backward_units(t, h0, h1, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
                     cell_clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
                     w_o_grad):
     """Step ``t`` (backwards) of the units ``h0..h1-1``: gradient of ``r``, then the gate maths."""
@@ -377,15 +379,15 @@ def _backward_units(t, h0, h1, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, wor
             for jj in range(hk):
                 dst[jj] = src[h0 + jj]
     if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
-        _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, 0,
+        _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, 0,
                        use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
     else:
-        _backward_rows(t, h0, h1, drk, c0, gates, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
+        _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
                        use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
 
 
 @njit(parallel=True, **_JIT)
-def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_t, proj_bounds, lengths,
+def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_t, proj_bounds, lengths,
                     w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj,
                     work, proj_work, d_gates, dm_raw, dc, dm, w_i_grad, w_f_grad, w_o_grad):
     """The time loop of the cell's backward pass, steps ``T - 1 .. 0``.
@@ -393,7 +395,6 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
     Parameters
     ----------
     c0 : [B, H] array
-    gates : [T, B, 4H] array
     c_raw_, c_, ac_ : [T, B, H] arrays
     m_raw_ : [T, B, P] array
         Saved forward values (:func:`forward_kernel`).
@@ -419,7 +420,10 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
     proj_work : [B * P] array
         Workspaces of the GEMMs.
     d_gates : [T, B, 4H] array
-        Output: packed gradients of the gate pre-activations.
+        On entry the saved gates (:func:`forward_kernel`), on exit their
+        gradients (of the pre-activations, packed): step ``t`` is overwritten
+        once step ``t + 1`` no longer needs it, so the backward pass needs no
+        second ``[T, B, 4H]`` array.
     dm_raw : [T, B, P] array
         Output: gradient of the projection before clipping (of ``r`` without one).
     dc : [B, H] array
@@ -429,15 +433,15 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
     w_i_grad, w_f_grad, w_o_grad : [H] arrays, zero on entry
         Output: peephole gradients (accumulated only with ``use_peepholes``).
     """
-    one = gates.dtype.type(1.0)
-    clip = gates.dtype.type(cell_clip)
-    pclip = gates.dtype.type(proj_clip)
+    one = d_gates.dtype.type(1.0)
+    clip = d_gates.dtype.type(cell_clip)
+    pclip = d_gates.dtype.type(proj_clip)
     units = c0.shape[1]
     depth = dm.shape[1]
     lo = bounds[0]  # 0, as an int64 (see forward_kernel)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
-    for t in range(gates.shape[0] - 1, -1, -1):
+    for t in range(d_gates.shape[0] - 1, -1, -1):
         if has_proj:
             if num_proj_chunks == 1:
                 _backward_m(t, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
@@ -447,18 +451,18 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
                     _backward_m(t, proj_bounds[k], proj_bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out,
                                 m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
             if num_chunks == 1:
-                _backward_units(t, lo, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f,
+                _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f,
                                 w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad,
                                 w_f_grad, w_o_grad)
             else:
                 for k in prange(num_chunks):
-                    _backward_units(t, bounds[k], bounds[k + 1], c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
+                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
                                     lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one,
                                     d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
         elif num_chunks == 1:
             _backward_m(t, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
                         has_proj, one, dm, dm_raw)
-            _backward_units(t, lo, units, c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
+            _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
                             clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
                             w_o_grad)
         else:
@@ -467,7 +471,7 @@ def backward_kernel(c0, gates, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, 
             for k in prange(num_chunks):
                 _backward_m(t, bounds[k], bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip,
                             proj_clip_on, has_proj, one, dm, dm_raw)
-                _backward_units(t, bounds[k], bounds[k + 1], c0, gates, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
+                _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
                                 lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates,
                                 dc, w_i_grad, w_f_grad, w_o_grad)
     # The gradient of m0 from the first step's gate gradients (``t = -1``).
@@ -700,14 +704,16 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
     dict
         Saved values: ``gates [T, B, 4H]`` (packed), ``c_raw, c, ac, r
         [T, B, H]``, ``m_raw, m [T, B, P]`` (``m_raw`` empty without a
-        projection, ``m`` the same array as ``r``), and the inputs the
-        backward pass needs.
+        projection, ``m`` the same array as ``r``), and the inputs and
+        options the backward pass needs. :func:`sequence_backward` turns
+        ``gates`` into their gradients (it becomes ``None``).
     """
     steps, batch, inputs = x.shape
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     c = np.ascontiguousarray
     x, c0, m0 = c(x, dtype), c(c0, dtype), c(m0, dtype)
-    saved = {"x": x, "c0": c0, "m0": m0, "lengths": lengths}
+    saved = {"x": x, "c0": c0, "m0": m0, "lengths": lengths,
+             "forward_options": (forget_bias, cell_clip, proj_clip, act)}
     if steps == 0 or batch == 0:
         gates = np.zeros((steps, batch, 4 * units), dtype)
         c_raw_, c_, ac_, r_ = (np.zeros((steps, batch, units), dtype) for _ in range(4))
@@ -756,8 +762,11 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
     Parameters
     ----------
     saved : dict
-        From :func:`sequence_forward` with the same ``packed`` (not modified:
-        the backward pass may run several times).
+        From :func:`sequence_forward` with the same ``packed``. Its gates
+        array becomes the gate gradients (``saved["gates"]`` is set to
+        ``None``): the pass needs no second ``[T, B, 4H]`` array. A later
+        call on the same ``saved`` recomputes the forward pass first, so the
+        backward pass may run any number of times.
     packed : PackedWeights
     d_out : [T, B, P] array
         Gradient of the outputs.
@@ -783,12 +792,15 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
     d_bias = np.zeros(4 * units, dtype)
     d_proj = np.zeros((units, depth), dtype) if packed.has_proj else np.zeros((0, 0), dtype)
     rows = steps * batch
-    d_x = np.zeros((steps, batch, inputs), dtype)
+    d_x = (np.empty if rows else np.zeros)((steps, batch, inputs), dtype)  # every row is written
     if rows > 0:
         c = np.ascontiguousarray
-        # The only [T, B, 4H] array of the backward pass: the gate gradients,
-        # needed by the weight gradients after the loop.
-        d_gates = np.empty((steps, batch, 4 * units), dtype)
+        # The gate gradients overwrite the saved gates: with the forward pass,
+        # one [T, B, 4H] array in all.
+        if saved["gates"] is None:  # consumed by an earlier backward pass: recompute
+            saved.update(sequence_forward(x, c0, m0, packed, lengths, *saved["forward_options"]))
+        d_gates = saved["gates"]
+        saved["gates"] = None
         dm_raw = np.empty((steps, batch, depth), dtype)
         work = np.empty(batch * units, dtype)
         proj_work = np.empty(batch * depth, dtype)
@@ -803,7 +815,7 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         partial_b = np.empty((num_blocks, 4 * units), dtype)
         partial_p = np.empty((num_blocks, *d_proj.shape), dtype)
         with single_threaded_blas():
-            backward_kernel(c0, saved["gates"], saved["c_raw"], saved["c"], saved["ac"], saved["m_raw"],
+            backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["m_raw"],
                             c(d_out, dtype), packed.w_rec_t, packed.bounds, packed.w_proj_t, packed.proj_bounds,
                             lengths, *packed.peepholes, *_clip_args(cell_clip),
                             *_clip_args(proj_clip if packed.has_proj else None), int(act), packed.use_peepholes,
