@@ -26,6 +26,9 @@ The kernels run on float32 or float64 arrays; float16 is computed in float32.
 Outputs past ``seq_len_max`` are left as the zeros they were allocated with.
 """
 
+import contextlib
+import threading
+
 import numba
 import numpy as np
 from numba import njit, prange
@@ -47,6 +50,24 @@ _MIN_PARALLEL_GEMM_WORK = 1 << 18
 _ROW_BLOCK = 64
 
 _JIT = {"cache": True, "error_model": "numpy"}
+
+
+_workqueue_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def kernel_section():
+    """What every kernel call runs inside: SciPy's BLAS on one thread, and a
+    lock when numba's threading layer is ``workqueue``, which is not safe for
+    parallel regions entered from several Python threads at once (``omp`` and
+    ``tbb`` are). Before the first parallel region the layer is not chosen
+    yet, so that call takes the lock too."""
+    try:
+        serial = numba.threading_layer() == "workqueue"
+    except ValueError:
+        serial = True
+    with single_threaded_blas(), (_workqueue_lock if serial else contextlib.nullcontext()):
+        yield
 
 
 def _split(count, parts):
@@ -442,7 +463,7 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     w_rec = pack_recurrent(w[inputs:], bounds, transpose=False)
     work = np.empty(batch * 4 * units, dtype)
     c = np.ascontiguousarray
-    with single_threaded_blas():
+    with kernel_section():
         forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, row_blocks(rows, inputs * 4 * units),
                        gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
                        bool(use_peephole), work, *outs)
@@ -483,7 +504,7 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     work = np.empty(batch * units, dtype)
     c = np.ascontiguousarray
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
-    with single_threaded_blas():
+    with kernel_section():
         backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds,
                         gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc,
                         *peephole_grads)
@@ -538,7 +559,7 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
     h_prev_grad = np.empty((batch, units), dtype)
     c = np.ascontiguousarray
     h2d = c(outputs[6]).reshape(steps * batch, units)
-    with single_threaded_blas():
+    with kernel_section():
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg2d, c(w[:inputs].T),
                             c(w[inputs:].T), x_rows, h_rows, x_grad2d, partial, partial_b, w_grad, b_grad,
                             h_prev_grad)

@@ -11,7 +11,7 @@ example's state is carried unchanged and its output is zero); and the state
 The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
 
 - Every GEMM runs inside numba kernels as a single-threaded call of SciPy's
-  BLAS (:func:`nblstm._blas.single_threaded_blas`) on a slice of the work,
+  BLAS (:func:`nblstm.cpu.kernel_section`) on a slice of the work,
   one slice per thread; NumPy's multi-threaded BLAS is never called (its
   threads would spin and fight numba's for the cores). A kernel opens no
   parallel region when the work is a single block: each region costs a
@@ -43,8 +43,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from ._blas import single_threaded_blas
-from .cpu import _JIT, _gemm_rows, _split, row_bounds
+from .cpu import _JIT, _gemm_rows, _split, kernel_section, row_bounds
 from .cpu import chunk_bounds as _chunk_bounds
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 
@@ -732,7 +731,7 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
     rows = steps * batch
     work = np.empty(batch * 4 * units, dtype)
     proj_work = np.empty(batch * depth, dtype)
-    with single_threaded_blas():
+    with kernel_section():
         forward_kernel(x.reshape(rows, inputs), packed.w_x, row_bounds(rows, inputs * 4 * units), c0, m0,
                        packed.bias, packed.w_rec, packed.bounds, packed.w_proj, packed.proj_bounds,
                        c(lengths, np.int64), *packed.peepholes, float(forget_bias), *_clip_args(cell_clip),
@@ -814,7 +813,7 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         partial = np.empty((num_blocks, inputs + depth, 4 * units), dtype)
         partial_b = np.empty((num_blocks, 4 * units), dtype)
         partial_p = np.empty((num_blocks, *d_proj.shape), dtype)
-        with single_threaded_blas():
+        with kernel_section():
             backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["m_raw"],
                             c(d_out, dtype), packed.w_rec_t, packed.bounds, packed.w_proj_t, packed.proj_bounds,
                             lengths, *packed.peepholes, *_clip_args(cell_clip),
