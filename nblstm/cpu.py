@@ -170,22 +170,27 @@ def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, blocks, work, wci, w
     else:
         np.dot(h_[t - 1], wk, gk)
     # Gate g of the chunk's units: columns blocks[g] * hk .. of the chunk's
-    # GEMM result, and blocks[g] * H + h0 .. of the bias.
-    gi, gc, gf, go = blocks[0] * hk, blocks[1] * hk, blocks[2] * hk, blocks[3] * hk
+    # GEMM result, and blocks[g] * H + h0 .. of the bias. Every array is
+    # sliced to the chunk, so that the unit loop indexes from 0 (no
+    # wraparound checks) and LLVM vectorizes it.
     bi = bias[blocks[0] * units + h0:blocks[0] * units + h1]
     bc = bias[blocks[1] * units + h0:blocks[1] * units + h1]
     bf = bias[blocks[2] * units + h0:blocks[2] * units + h1]
     bo = bias[blocks[3] * units + h0:blocks[3] * units + h1]
+    pi, pf, po = wci[h0:h1], wcf[h0:h1], wco[h0:h1]
     for b in range(batch):
         g = gk[b]
-        c_src = cs_prev[b] if t == 0 else cs_[t - 1, b]
-        i_r, cs_r, f_r, o_r, ci_r, co_r, h_r = i_[t, b], cs_[t, b], f_[t, b], o_[t, b], ci_[t, b], co_[t, b], h_[t, b]
-        for jj in range(hk):
-            j = h0 + jj
+        gi = g[blocks[0] * hk:(blocks[0] + 1) * hk]
+        gc = g[blocks[1] * hk:(blocks[1] + 1) * hk]
+        gf = g[blocks[2] * hk:(blocks[2] + 1) * hk]
+        go = g[blocks[3] * hk:(blocks[3] + 1) * hk]
+        c_src = cs_prev[b, h0:h1] if t == 0 else cs_[t - 1, b, h0:h1]
+        i_r, cs_r, f_r, o_r = i_[t, b, h0:h1], cs_[t, b, h0:h1], f_[t, b, h0:h1], o_[t, b, h0:h1]
+        ci_r, co_r, h_r = ci_[t, b, h0:h1], co_[t, b, h0:h1], h_[t, b, h0:h1]
+        for j in range(hk):
             i, ci, f, o, cs, co, h = forward_unit(
-                g[gi + jj] + i_r[j] + bi[jj], g[gc + jj] + ci_r[j] + bc[jj], g[gf + jj] + f_r[j] + bf[jj],
-                g[go + jj] + o_r[j] + bo[jj], c_src[j], wci[j], wcf[j], wco[j], forget_bias, cell_clip,
-                use_peephole, one,
+                gi[j] + i_r[j] + bi[j], gc[j] + ci_r[j] + bc[j], gf[j] + f_r[j] + bf[j], go[j] + o_r[j] + bo[j],
+                c_src[j], pi[j], pf[j], po[j], forget_bias, cell_clip, use_peephole, one,
             )
             i_r[j] = i
             ci_r[j] = ci
@@ -264,33 +269,38 @@ def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_gr
         np.dot(dgates[t + 1], wk, dhk)
     else:
         dhk[:] = 0
-    ci0 = blocks[0] * units + h0
-    cc0 = blocks[1] * units + h0
-    cf0 = blocks[2] * units + h0
-    co0 = blocks[3] * units + h0
+    # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
+    pi, pf, po = wci[h0:h1], wcf[h0:h1], wco[h0:h1]
+    gi_, gf_, go_ = wci_grad[h0:h1], wcf_grad[h0:h1], wco_grad[h0:h1]
     for b in range(batch):
         dh_r = dhk[b]
         dg = dgates[t, b]
-        dc_r = dc[b]
-        c_src = cs_prev[b] if t == 0 else cs_[t - 1, b]
-        i_r, cs_r, f_r, o_r, ci_r, co_r = i_[t, b], cs_[t, b], f_[t, b], o_[t, b], ci_[t, b], co_[t, b]
-        hg_r, cg_r = h_grad[t, b], cs_grad[t, b]
-        for jj in range(hk):
-            j = h0 + jj
+        dgi = dg[blocks[0] * units + h0:blocks[0] * units + h1]
+        dgc = dg[blocks[1] * units + h0:blocks[1] * units + h1]
+        dgf = dg[blocks[2] * units + h0:blocks[2] * units + h1]
+        dgo = dg[blocks[3] * units + h0:blocks[3] * units + h1]
+        dc_r = dc[b, h0:h1]
+        c_src = cs_prev[b, h0:h1] if t == 0 else cs_[t - 1, b, h0:h1]
+        i_r, cs_r, f_r, o_r = i_[t, b, h0:h1], cs_[t, b, h0:h1], f_[t, b, h0:h1], o_[t, b, h0:h1]
+        ci_r, co_r = ci_[t, b, h0:h1], co_[t, b, h0:h1]
+        hg_r, cg_r = h_grad[t, b, h0:h1], cs_grad[t, b, h0:h1]
+        for j in range(hk):
             c_prev = c_src[j]
             di, dci, df, do, dc_prev = backward_unit(
-                hg_r[j] + dh_r[jj], cg_r[j] + dc_r[j], i_r[j], ci_r[j], f_r[j], o_r[j], co_r[j], c_prev,
-                wci[j], wcf[j], wco[j], use_peephole, one,
+                hg_r[j] + dh_r[j], cg_r[j] + dc_r[j], i_r[j], ci_r[j], f_r[j], o_r[j], co_r[j], c_prev,
+                pi[j], pf[j], po[j], use_peephole, one,
             )
-            dg[ci0 + jj] = di
-            dg[cc0 + jj] = dci
-            dg[cf0 + jj] = df
-            dg[co0 + jj] = do
+            dgi[j] = di
+            dgc[j] = dci
+            dgf[j] = df
+            dgo[j] = do
             dc_r[j] = dc_prev
-            if use_peephole:
-                wci_grad[j] += di * c_prev
-                wcf_grad[j] += df * c_prev
-                wco_grad[j] += do * cs_r[j]
+        if use_peephole:
+            # A loop of its own: fewer arrays per loop let LLVM vectorize both.
+            for j in range(hk):
+                gi_[j] += dgi[j] * c_src[j]
+                gf_[j] += dgf[j] * c_src[j]
+                go_[j] += dgo[j] * cs_r[j]
 
 
 @njit(parallel=True, **_JIT)
