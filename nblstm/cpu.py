@@ -43,11 +43,13 @@ _MIN_PARALLEL_STEP_WORK = 32768
 _MIN_UNITS_PER_CHUNK = 8
 # Row blocks of the large GEMMs below this many multiply-adds run on one thread.
 _MIN_PARALLEL_GEMM_WORK = 1 << 18
-# Rows per block of the forward's input projection. A fixed size, not one
-# block per thread: BLAS's result for a row can depend on how many rows its
+# Row blocks of the forward's input projection: as many as the rows allow
+# (at least _ROW_BLOCK rows each), at most _MAX_ROW_BLOCKS, whatever the
+# number of threads: BLAS's result for a row can depend on how many rows its
 # call had, and the forward pass is to give the same bits on any number of
-# threads.
+# threads. Few blocks, because every block's GEMMs pack all of w[:I] again.
 _ROW_BLOCK = 64
+_MAX_ROW_BLOCKS = 8
 
 _JIT = {"cache": True, "error_model": "numpy"}
 
@@ -105,7 +107,7 @@ def row_blocks(rows, work_per_row):
     """Split ``rows`` of the input projection into blocks that do not depend on the thread count."""
     if rows * work_per_row < _MIN_PARALLEL_GEMM_WORK:
         return _split(rows, 1)
-    return np.append(np.arange(0, rows, _ROW_BLOCK, dtype=np.int64), np.int64(rows))
+    return _split(rows, min(_MAX_ROW_BLOCKS, max(1, rows // _ROW_BLOCK)))
 
 
 def gate_blocks(layout):
