@@ -485,6 +485,8 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
 def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout):
     """The time loop of the backward pass: gate gradients and the cell carry.
 
+    Callers run it inside :func:`kernel_section`.
+
     Parameters
     ----------
     cs_prev : [B, H] array
@@ -516,10 +518,8 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     work = np.empty(batch * units, dtype)
     c = np.ascontiguousarray
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
-    with kernel_section():
-        backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds,
-                        gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc,
-                        *peephole_grads)
+    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, gate_blocks(layout),
+                    c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
     return (dgates, dc, *peephole_grads)
 
 
@@ -553,10 +553,7 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
         zeros = [np.zeros(units, dtype) for _ in range(3)]
         return (x_grad, np.zeros((batch, units), dtype), np.zeros((batch, units), dtype), np.zeros(w.shape, dtype),
                 *zeros, np.zeros(4 * units, dtype))
-    dg, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
-        cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout)
     rows = seq_len_max * batch
-    dg2d = dg.reshape(rows, 4 * units)
     x_rows = row_bounds(rows, (2 * inputs + units) * 4 * units)
     num_blocks = x_rows.shape[0] - 1
     h_rows = batch + _split(rows - batch, num_blocks)
@@ -572,9 +569,11 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
     c = np.ascontiguousarray
     h2d = c(outputs[6]).reshape(steps * batch, units)
     with kernel_section():
-        weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg2d, c(w[:inputs].T),
-                            c(w[inputs:].T), x_rows, h_rows, x_grad2d, partial, partial_b, w_grad, b_grad,
-                            h_prev_grad)
+        dg, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
+            cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout)
+        weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
+                            c(w[:inputs].T), c(w[inputs:].T), x_rows, h_rows, x_grad2d, partial, partial_b, w_grad,
+                            b_grad, h_prev_grad)
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)
 
 
@@ -677,7 +676,8 @@ def cell_backward(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, w, use_peeph
     if batch == 0:
         grads = [zeros, np.zeros((batch, 4 * units), ct), *(np.zeros(units, ct) for _ in range(3))]
     else:
-        dgates, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
-            cs_prev, wci, wcf, wco, outputs, cs_grad[None], h_grad[None], 1, w_rec, use_peephole, layout)
+        with kernel_section():
+            dgates, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
+                cs_prev, wci, wcf, wco, outputs, cs_grad[None], h_grad[None], 1, w_rec, use_peephole, layout)
         grads = [dc, dgates[0], wci_grad, wcf_grad, wco_grad]
     return [g.astype(dtype, copy=False) for g in grads]

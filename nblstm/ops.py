@@ -276,13 +276,20 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
     >>> grads.w_grad.shape
     (7, 16)
     """
+    return _block_lstm_grad(x, cs_prev, h_prev, w, _NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
+                            use_peephole, layout, stream)
+
+
+def _block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max, use_peephole,
+                     layout, stream):
+    """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS``."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 7)
     extra = {name: (a, 3) for name, a in zip(_OUTPUT_NAMES, outputs)}
     for name, a in (("cs_grad", cs_grad), ("h_grad", h_grad)):
         if a is not None:
             extra[name] = (a, 3)
-    infos, (steps, batch, _, units) = _check_core(x, cs_prev, h_prev, w, _NO_BIAS, peepholes, extra)
+    infos, (steps, batch, _, units) = _check_core(x, cs_prev, h_prev, w, b, peepholes, extra)
     for name in extra:
         v.check_shape(infos[name], (steps, batch, units), "[T, B, H] from x and cs_prev")
     seq_len_max, _, _, use_peephole, layout = _options(seq_len_max, steps, 0.0, None, use_peephole, layout)
@@ -383,13 +390,20 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=No
     >>> g.dicfo.shape
     (1, 12)
     """
+    return _lstm_block_cell_grad(x, cs_prev, h_prev, w, _NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
+                                 use_peephole, layout, stream)
+
+
+def _lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
+                          stream):
+    """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS``."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 6)
     extra = {name: (a, 2) for name, a in zip(_OUTPUT_NAMES, outputs)}
     for name, a in (("cs_grad", cs_grad), ("h_grad", h_grad)):
         if a is not None:
             extra[name] = (a, 2)
-    infos, (_, batch, _, units) = _check_core(x, cs_prev, h_prev, w, _NO_BIAS, peepholes, extra, x_rank=2)
+    infos, (_, batch, _, units) = _check_core(x, cs_prev, h_prev, w, b, peepholes, extra, x_rank=2)
     for name in extra:
         v.check_shape(infos[name], (batch, units), "[B, H] from x and cs_prev")
     _, _, _, use_peephole, layout = _options(None, 1, 0.0, None, use_peephole, layout)

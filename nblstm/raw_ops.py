@@ -95,11 +95,12 @@ def BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip=
 
 def _block_lstm_grad(layout, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
                      h_grad, use_peephole):
-    # b is not used by the gradient, but TensorFlow checks it: so do we.
-    _required(cs_grad=cs_grad, h_grad=h_grad)
-    ops._check_core(x, cs_prev, h_prev, w, b, {"wci": wci, "wcf": wcf, "wco": wco})
-    return ops.block_lstm_grad(x, cs_prev, h_prev, w, (i, cs, f, o, ci, co, h), cs_grad, h_grad, wci, wcf, wco,
-                               seq_len_max=seq_len_max, use_peephole=use_peephole, layout=layout)
+    # b is not used by the gradient, but TensorFlow checks it: so do we. The
+    # peephole weights are required (with or without use_peephole) and checked
+    # like the other arrays.
+    _required(wci=wci, wcf=wcf, wco=wco, cs_grad=cs_grad, h_grad=h_grad)
+    return ops._block_lstm_grad(x, cs_prev, h_prev, w, b, (i, cs, f, o, ci, co, h), cs_grad, h_grad, wci, wcf, wco,
+                                seq_len_max, use_peephole, layout, None)
 
 
 def BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad, h_grad,
@@ -200,7 +201,6 @@ def LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, 
     TensorFlow's GPU kernel adds the peephole term to ``cs_prev_grad`` twice
     (TensorFlow issue 34171); this follows the CPU kernel, which is right.
     """
-    _required(cs_grad=cs_grad, h_grad=h_grad)
-    ops._check_core(x, cs_prev, h_prev, w, b, {"wci": wci, "wcf": wcf, "wco": wco}, x_rank=2)
-    return ops.lstm_block_cell_grad(x, cs_prev, h_prev, w, (i, cs, f, o, ci, co), cs_grad, h_grad, wci, wcf, wco,
-                                    use_peephole=use_peephole, layout="icfo")
+    _required(wci=wci, wcf=wcf, wco=wco, cs_grad=cs_grad, h_grad=h_grad)
+    return ops._lstm_block_cell_grad(x, cs_prev, h_prev, w, b, (i, cs, f, o, ci, co), cs_grad, h_grad, wci, wcf, wco,
+                                     use_peephole, "icfo", None)
