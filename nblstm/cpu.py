@@ -8,14 +8,17 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
   would fight numba's threads for the two cores (DESIGN.md measured 40-100x
   slowdowns from such oversubscription).
 - The input projection of all steps, ``x @ w[:I] + b``, is one GEMM before
-  the time loop, its rows split across threads.
+  the time loop, computed straight into the gate outputs, its rows split in
+  blocks that do not depend on the thread count (so that the forward pass
+  gives the same bits on any number of threads).
 - The hidden units are split into ``K`` chunks, one per thread. Each chunk's
   recurrent weights are packed contiguously (``[H, 4 * hk]``, gate blocks
   ``i | ci | f | o``), so that each step is one parallel region in which a
   thread runs its recurrent GEMM and then the gate maths of its units while
   they are in cache; the end of the region is the step's only barrier.
-- Backward keeps only ``dgates @ w_h^T`` in the time loop; ``x_grad`` and the
-  weight gradients are GEMMs after it, split across threads by rows.
+- Backward keeps only ``dgates @ w_h^T`` in the time loop (computed as
+  ``w_h @ dgates^T``, the faster form in OpenBLAS); ``x_grad`` and the weight
+  gradients are GEMMs after it, split across threads by rows.
 - Kernels use ``error_model="numpy"``: without Python's division-by-zero
   checks LLVM vectorizes the gate maths (IEEE results, no exceptions).
 
