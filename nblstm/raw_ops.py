@@ -60,6 +60,20 @@ def BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=
     -------
     BlockLSTMOutput
         ``(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nblstm import raw_ops
+    >>> T, B, I, H = 4, 2, 3, 5
+    >>> x = np.ones((T, B, I), np.float32)
+    >>> c0 = h0 = np.zeros((B, H), np.float32)
+    >>> w = np.full((I + H, 4 * H), 0.1, np.float32)
+    >>> zeros = np.zeros(H, np.float32)
+    >>> out = raw_ops.BlockLSTM(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=zeros, wcf=zeros, wco=zeros,
+    ...                         b=np.zeros(4 * H, np.float32))
+    >>> out._fields, out.h.shape
+    (('i', 'cs', 'f', 'o', 'ci', 'co', 'h'), (4, 2, 5))
     """
     _required(wci=wci, wcf=wcf, wco=wco)
     return ops.block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max=seq_len_max,
@@ -87,6 +101,20 @@ def BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip=
     -------
     BlockLSTMOutput
         ``(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nblstm import raw_ops
+    >>> T, B, I, H = 4, 2, 3, 5
+    >>> x = np.ones((T, B, I), np.float32)
+    >>> c0 = h0 = np.zeros((B, H), np.float32)
+    >>> w = np.full((I + H, 4 * H), 0.1, np.float32)
+    >>> zeros = np.zeros(H, np.float32)
+    >>> out = raw_ops.BlockLSTMV2(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=zeros, wcf=zeros, wco=zeros,
+    ...                           b=np.zeros(4 * H, np.float32))
+    >>> out._fields, out.h.shape
+    (('i', 'cs', 'f', 'o', 'ci', 'co', 'h'), (4, 2, 5))
     """
     _required(wci=wci, wcf=wcf, wco=wco)
     return ops.block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max=seq_len_max, forget_bias=0.0,
@@ -127,6 +155,20 @@ def BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f
     -------
     BlockLSTMGradOutput
         ``(x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nblstm import raw_ops
+    >>> T, B, I, H = 4, 2, 3, 5
+    >>> args = dict(x=np.ones((T, B, I)), cs_prev=np.zeros((B, H)), h_prev=np.zeros((B, H)),
+    ...             w=np.full((I + H, 4 * H), 0.1), wci=np.zeros(H), wcf=np.zeros(H), wco=np.zeros(H),
+    ...             b=np.zeros(4 * H))
+    >>> out = raw_ops.BlockLSTM(seq_len_max=T, **args)
+    >>> grads = raw_ops.BlockLSTMGrad(seq_len_max=T, **args, **out._asdict(), cs_grad=np.zeros((T, B, H)),
+    ...                               h_grad=np.ones((T, B, H)), use_peephole=False)
+    >>> grads.x_grad.shape, grads.w_grad.shape
+    ((4, 2, 3), (8, 20))
     """
     return _block_lstm_grad("icfo", seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                             cs_grad, h_grad, use_peephole)
@@ -139,6 +181,20 @@ def BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
     Same parameters and results as :func:`BlockLSTMGrad`. Unlike
     TensorFlow's autodiff through BlockLSTMV2 (which calls the ICFO gradient
     on IFCO weights), this is the correct gradient of :func:`BlockLSTMV2`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nblstm import raw_ops
+    >>> T, B, I, H = 4, 2, 3, 5
+    >>> args = dict(x=np.ones((T, B, I)), cs_prev=np.zeros((B, H)), h_prev=np.zeros((B, H)),
+    ...             w=np.full((I + H, 4 * H), 0.1), wci=np.zeros(H), wcf=np.zeros(H), wco=np.zeros(H),
+    ...             b=np.zeros(4 * H))
+    >>> out = raw_ops.BlockLSTMV2(seq_len_max=T, **args)
+    >>> grads = raw_ops.BlockLSTMGradV2(seq_len_max=T, **args, **out._asdict(), cs_grad=np.zeros((T, B, H)),
+    ...                                 h_grad=np.ones((T, B, H)), use_peephole=False)
+    >>> grads.x_grad.shape, grads.w_grad.shape
+    ((4, 2, 3), (8, 20))
     """
     return _block_lstm_grad("ifco", seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                             cs_grad, h_grad, use_peephole)
@@ -165,6 +221,18 @@ def LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell
     -------
     LSTMBlockCellOutput
         ``(i, cs, f, o, ci, co, h)``, each ``[B, H]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nblstm import raw_ops
+    >>> B, I, H = 1, 2, 2
+    >>> state = np.full((B, H), 0.1)
+    >>> step = raw_ops.LSTMBlockCell(x=np.ones((B, I)), cs_prev=state, h_prev=state, w=np.full((I + H, 4 * H), 0.5),
+    ...                              wci=np.zeros(H), wcf=np.zeros(H), wco=np.zeros(H), b=np.zeros(4 * H),
+    ...                              cell_clip=-1.0)
+    >>> np.round(step.h, 6)
+    array([[0.448484, 0.448484]])
     """
     _required(wci=wci, wcf=wcf, wco=wco)
     return ops.lstm_block_cell(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias=forget_bias,
@@ -200,6 +268,21 @@ def LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, 
     -----
     TensorFlow's GPU kernel adds the peephole term to ``cs_prev_grad`` twice
     (TensorFlow issue 34171); this follows the CPU kernel, which is right.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nblstm import raw_ops
+    >>> B, I, H = 1, 2, 2
+    >>> args = dict(x=np.ones((B, I)), cs_prev=np.zeros((B, H)), h_prev=np.zeros((B, H)),
+    ...             w=np.full((I + H, 4 * H), 0.5), wci=np.zeros(H), wcf=np.zeros(H), wco=np.zeros(H),
+    ...             b=np.zeros(4 * H))
+    >>> step = raw_ops.LSTMBlockCell(**args)
+    >>> grads = raw_ops.LSTMBlockCellGrad(**args, i=step.i, cs=step.cs, f=step.f, o=step.o, ci=step.ci,
+    ...                                   co=step.co, cs_grad=np.zeros((B, H)), h_grad=np.ones((B, H)),
+    ...                                   use_peephole=False)
+    >>> grads.dicfo.shape
+    (1, 8)
     """
     _required(wci=wci, wcf=wcf, wco=wco, cs_grad=cs_grad, h_grad=h_grad)
     return ops._lstm_block_cell_grad(x, cs_prev, h_prev, w, b, (i, cs, f, o, ci, co), cs_grad, h_grad, wci, wcf, wco,
