@@ -37,6 +37,14 @@ LSTMStateTuple = namedtuple("LSTMStateTuple", ["c", "h"])
 LSTMStateTuple.__doc__ = """State of an :class:`LSTMCell`: ``c [B, H]`` (cell) and ``h [B, P]`` (output), in that order.
 
 Keras orders the same state ``[h, c]`` and PyTorch ``(h0, c0)``.
+
+Examples
+--------
+>>> import numpy as np, nblstm
+>>> state = nblstm.LSTMStateTuple(c=np.zeros((2, 4)), h=np.ones((2, 3)))  # B = 2, H = 4, P = 3
+>>> c, h = state
+>>> c.shape, h.shape, state.h is h
+((2, 4), (2, 3), True)
 """
 
 #: Activation names accepted by :class:`LSTMCell` (Keras names), in the order of their codes in
@@ -390,11 +398,32 @@ class LSTMCell:
 
     @property
     def dtype(self):
-        """Dtype of the variables (``None`` until built or given)."""
+        """Dtype of the variables (``None`` until built or given).
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> nblstm.LSTMCell(2).dtype is None
+        True
+        >>> nblstm.LSTMCell(2, dtype=np.float64).dtype
+        dtype('float64')
+        """
         return self._dtype
 
     @property
     def built(self):
+        """Whether the cell has its variables (after :meth:`build`, :meth:`set_weights` or a first call).
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> cell = nblstm.LSTMCell(2)
+        >>> cell.built
+        False
+        >>> cell.build(3)
+        >>> cell.built
+        True
+        """
         return self._weights is not None
 
     @property
@@ -403,12 +432,28 @@ class LSTMCell:
 
     @property
     def output_size(self):
-        """``num_proj or num_units``."""
+        """``num_proj or num_units``.
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> nblstm.LSTMCell(4).output_size, nblstm.LSTMCell(4, num_proj=2).output_size
+        (4, 2)
+        """
         return self._depth
 
     @property
     def state_size(self):
-        """``LSTMStateTuple(num_units, num_proj or num_units)``, or their sum when ``state_is_tuple=False``."""
+        """``LSTMStateTuple(num_units, num_proj or num_units)``, or their sum when ``state_is_tuple=False``.
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> nblstm.LSTMCell(4, num_proj=2).state_size
+        LSTMStateTuple(c=4, h=2)
+        >>> nblstm.LSTMCell(4, num_proj=2, state_is_tuple=False).state_size
+        6
+        """
         if self.state_is_tuple:
             return LSTMStateTuple(self.num_units, self._depth)
         return self.num_units + self._depth
@@ -420,6 +465,15 @@ class LSTMCell:
         ----------
         batch_size : int
         dtype : float16, float32 or float64
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> state = nblstm.LSTMCell(4, num_proj=2).zero_state(3, np.float32)
+        >>> state.c.shape, state.h.shape, state.h.dtype
+        ((3, 4), (3, 2), dtype('float32'))
+        >>> nblstm.LSTMCell(4, num_proj=2, state_is_tuple=False).zero_state(3, np.float32).shape
+        (3, 6)
         """
         batch = _batch_size(batch_size)
         dt = _dtype("dtype", dtype, allow_none=False)
@@ -444,6 +498,16 @@ class LSTMCell:
         ValueError
             ``batch_size`` or ``dtype`` disagreeing with ``inputs``, or
             neither ``inputs`` nor both of them given.
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(4)
+        >>> state = cell.get_initial_state(np.ones((5, 3, 2)))  # inputs [T, B, I]
+        >>> state.c.shape, state.h.shape, state.c.dtype
+        ((3, 4), (3, 4), dtype('float64'))
+        >>> cell.get_initial_state(batch_size=2, dtype=np.float32).h.shape
+        (2, 4)
         """
         if inputs is not None:
             info = v.describe_array("inputs", inputs)
@@ -473,7 +537,14 @@ class LSTMCell:
 
     @property
     def weight_names(self):
-        """Names of the variables, in TensorFlow's creation order."""
+        """Names of the variables, in TensorFlow's creation order.
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> nblstm.LSTMCell(4, use_peepholes=True, num_proj=2).weight_names
+        ('kernel', 'bias', 'w_f_diag', 'w_i_diag', 'w_o_diag', 'projection/kernel')
+        """
         return tuple(self._shapes(1))
 
     def build(self, input_depth):
@@ -483,6 +554,16 @@ class LSTMCell:
         initializer (drawn in TensorFlow's creation order from one generator
         seeded with ``seed``); ``bias`` is zero. The dtype is the cell's
         ``dtype`` (float32 when none was given).
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> cell = nblstm.LSTMCell(4, num_proj=2, seed=0)
+        >>> cell.build(3)  # I = 3
+        >>> {name: a.shape for name, a in cell.get_weights().items()}
+        {'kernel': (5, 16), 'bias': (16,), 'projection/kernel': (4, 2)}
+        >>> cell.dtype
+        dtype('float32')
         """
         if isinstance(input_depth, (tuple, list)):
             if not input_depth:
@@ -517,6 +598,18 @@ class LSTMCell:
         ------
         ValueError
             The cell is not built yet.
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> cell = nblstm.LSTMCell(2, seed=0)
+        >>> cell.build(3)
+        >>> weights = cell.get_weights()
+        >>> weights["kernel"].shape, weights["bias"].shape
+        ((5, 8), (8,))
+        >>> weights["bias"][:] = 1.0  # a copy: the cell keeps its zero bias
+        >>> float(cell.get_weights()["bias"].sum())
+        0.0
         """
         self._require_built()
         return {k: a.copy() for k, a in self._weights.items()}
@@ -537,6 +630,14 @@ class LSTMCell:
             Missing or unexpected names, wrong shapes.
         TypeError
             Not a dict, non-arrays, a dtype that is not the cell's.
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(2)
+        >>> cell.set_weights({"kernel": np.zeros((5, 8), np.float32), "bias": np.ones(8, np.float32)})
+        >>> cell.built, cell.input_depth, cell.dtype
+        (True, 3, dtype('float32'))
         """
         if not isinstance(weights, dict):
             raise TypeError(f"weights must be a dict {{name: array}}, got {type(weights).__name__}")
@@ -578,7 +679,16 @@ class LSTMCell:
 
     @property
     def variables(self):
-        """Alias of :meth:`get_weights`."""
+        """Alias of :meth:`get_weights`.
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> cell = nblstm.LSTMCell(2, use_peepholes=True)
+        >>> cell.build(3)
+        >>> list(cell.variables)
+        ['kernel', 'bias', 'w_f_diag', 'w_i_diag', 'w_o_diag']
+        """
         return self.get_weights()
 
     def _require_built(self):
@@ -586,7 +696,17 @@ class LSTMCell:
             raise ValueError("the cell has no weights yet: call build(input_depth), set_weights(...) or the cell")
 
     def get_config(self):
-        """Constructor arguments as a JSON-friendly dict (a callable initializer is recorded as ``None``)."""
+        """Constructor arguments as a JSON-friendly dict (a callable initializer is recorded as ``None``).
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> config = nblstm.LSTMCell(4, num_proj=2, seed=0).get_config()
+        >>> config["num_units"], config["num_proj"], config["activation"], config["initializer"]
+        (4, 2, 'tanh', 'glorot_uniform')
+        >>> nblstm.LSTMCell(**config).get_config() == config
+        True
+        """
         return {
             "num_units": self.num_units, "use_peepholes": self.use_peepholes, "cell_clip": self.cell_clip,
             "initializer": self.initializer_name, "num_proj": self.num_proj, "proj_clip": self.proj_clip,
@@ -603,6 +723,17 @@ class LSTMCell:
         ----------
         path : str or os.PathLike
             NumPy adds ``.npz`` when it is missing.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import nblstm
+        >>> cell = nblstm.LSTMCell(2, seed=0)
+        >>> cell.build(3)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     cell.save(os.path.join(tmp, "cell"))
+        ...     sorted(os.listdir(tmp))
+        ['cell.npz']
         """
         self._require_built()
         arrays = {f"weight:{n}": a for n, a in self._weights.items()}
@@ -611,7 +742,22 @@ class LSTMCell:
 
     @classmethod
     def load(cls, path):
-        """A cell saved by :meth:`save`, with its configuration and weights."""
+        """A cell saved by :meth:`save`, with its configuration and weights.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(2, num_proj=1, seed=0)
+        >>> cell.build(3)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     cell.save(os.path.join(tmp, "cell.npz"))
+        ...     loaded = nblstm.LSTMCell.load(os.path.join(tmp, "cell.npz"))
+        >>> loaded.get_config() == cell.get_config()
+        True
+        >>> all(np.array_equal(a, loaded.get_weights()[k]) for k, a in cell.get_weights().items())
+        True
+        """
         with np.load(os.fspath(path), allow_pickle=False) as data:
             if "config" not in data.files:
                 raise ValueError(f"{path} is not an LSTMCell file (no 'config' entry)")
@@ -635,6 +781,15 @@ class LSTMCell:
             The new cell's ``forget_bias`` (Keras has none: 0 reproduces the layer exactly).
         **kwargs
             Further :class:`LSTMCell` arguments (``activation`` to match the layer's).
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> rng = np.random.default_rng(0)
+        >>> layer_weights = [rng.standard_normal((3, 8)), rng.standard_normal((2, 8)), np.zeros(8)]  # I = 3, H = 2
+        >>> cell = nblstm.LSTMCell.from_keras(layer_weights)
+        >>> cell.num_units, cell.input_depth, cell.dtype, cell.forget_bias
+        (2, 3, dtype('float64'), 0.0)
         """
         converted = convert.keras_to_lstmcell(list(weights), forget_bias=forget_bias)
         units = converted["bias"].shape[0] // 4
@@ -644,7 +799,21 @@ class LSTMCell:
         return cell
 
     def to_keras(self):
-        """Weights for a Keras ``LSTM`` layer (``unit_forget_bias=False``): ``[kernel, recurrent_kernel, bias]``."""
+        """Weights for a Keras ``LSTM`` layer (``unit_forget_bias=False``): ``[kernel, recurrent_kernel, bias]``.
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(2, seed=0)
+        >>> cell.build(3)
+        >>> kernel, recurrent_kernel, bias = cell.to_keras()
+        >>> kernel.shape, recurrent_kernel.shape, bias.shape
+        ((3, 8), (2, 8), (8,))
+        >>> back = nblstm.LSTMCell.from_keras([kernel, recurrent_kernel, bias])  # forget_bias folded into bias
+        >>> x = np.ones((3, 1, 3), np.float32)  # [T, B, I]
+        >>> np.allclose(back.run(x)[0], cell.run(x)[0])
+        True
+        """
         self._check_plain("Keras LSTM", allow_activation=True)
         return convert.lstmcell_to_keras(self.get_weights(), self.forget_bias)
 
@@ -662,6 +831,17 @@ class LSTMCell:
             The new cell's ``forget_bias`` (PyTorch has none).
         **kwargs
             Further :class:`LSTMCell` arguments.
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> rng = np.random.default_rng(0)
+        >>> state_dict = {"weight_ih_l0": rng.standard_normal((16, 3)),  # nn.LSTM(3, 4, proj_size=2)
+        ...               "weight_hh_l0": rng.standard_normal((16, 2)),
+        ...               "weight_hr_l0": rng.standard_normal((2, 4))}
+        >>> cell = nblstm.LSTMCell.from_torch(state_dict)
+        >>> cell.num_units, cell.num_proj, cell.input_depth
+        (4, 2, 3)
         """
         state = module_or_state_dict
         if hasattr(state, "state_dict"):
@@ -684,12 +864,37 @@ class LSTMCell:
         ValueError
             Peepholes, ``cell_clip``, ``proj_clip`` or a non-tanh activation,
             none of which PyTorch has.
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(4, num_proj=2, seed=0)
+        >>> cell.build(3)
+        >>> state_dict = cell.to_torch()
+        >>> state_dict["weight_ih_l0"].shape, state_dict["weight_hh_l0"].shape, state_dict["weight_hr_l0"].shape
+        ((16, 3), (16, 2), (2, 4))
+        >>> back = nblstm.LSTMCell.from_torch(state_dict)  # forget_bias folded into bias_ih
+        >>> x = np.ones((3, 1, 3), np.float32)  # [T, B, I]
+        >>> np.allclose(back.run(x)[0], cell.run(x)[0])
+        True
         """
         self._check_plain("PyTorch nn.LSTM", allow_activation=False)
         return convert.lstmcell_to_torch(self.get_weights(), self.forget_bias, layer=layer)
 
     def to_block_lstm(self):
-        """Keyword arguments of :func:`nblstm.block_lstm` that compute this cell (tanh, no projection)."""
+        """Keyword arguments of :func:`nblstm.block_lstm` that compute this cell (tanh, no projection).
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(2, seed=0, dtype=np.float64)
+        >>> cell.build(3)
+        >>> x = np.ones((3, 1, 3))  # [T, B, I]
+        >>> c0, h0 = cell.zero_state(1, np.float64)
+        >>> out = nblstm.block_lstm(x, c0, h0, **cell.to_block_lstm())
+        >>> np.allclose(out.h, cell.run(x)[0])
+        True
+        """
         self._require_built()
         if self.activation.name != "tanh":
             raise ValueError("BlockLSTM has tanh only; this cell uses " + self.activation.name)
@@ -729,6 +934,17 @@ class LSTMCell:
         tuple
             ``(output [B, P], new_state)``, in the dtype and on the target
             (CPU or GPU) of ``inputs``.
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(4, num_proj=2, seed=0)
+        >>> x = np.ones((3, 5), np.float32)  # [B, I]
+        >>> output, state = cell(x, cell.zero_state(3, np.float32))
+        >>> output.shape, state.c.shape, state.h.shape
+        ((3, 2), (3, 4), (3, 2))
+        >>> np.array_equal(output, state.h)
+        True
         """
         info = self._check_inputs(inputs, rank=2)
         outputs, final = self._run(info, inputs, state, None, with_grad=False)[:2]
@@ -758,6 +974,22 @@ class LSTMCell:
         ------
         TypeError, ValueError
             Wrong types, ranks, shapes, dtypes, or lengths outside ``[0, T]``.
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> cell = nblstm.LSTMCell(3, seed=0)
+        >>> x = np.ones((3, 2, 4), np.float32)  # [T, B, I]
+        >>> outputs, final = cell.run(x, sequence_length=[3, 1])
+        >>> outputs.shape, final.c.shape, final.h.shape
+        ((3, 2, 3), (2, 3), (2, 3))
+        >>> np.array_equal(final.h[1], outputs[0, 1])  # example 1 stops after one step
+        True
+        >>> state = cell.zero_state(2, np.float32)
+        >>> for t in range(3):  # the same as calling the cell step by step
+        ...     output, state = cell(x[t], state)
+        >>> np.allclose(output[0], outputs[-1, 0])
+        True
         """
         info = self._check_inputs(inputs, rank=3)
         return self._run(info, inputs, initial_state, sequence_length, with_grad=False)[:2]

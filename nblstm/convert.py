@@ -127,6 +127,13 @@ def block_lstm_v1_to_v2(w, b, forget_bias=1.0):
     -------
     tuple
         ``(w2 [I + H, 4H], b2 [4H])``.
+
+    Examples
+    --------
+    >>> w, b = np.zeros((5, 8)), np.zeros(8)  # I = 3, H = 2
+    >>> w2, b2 = block_lstm_v1_to_v2(w, b, forget_bias=1.0)
+    >>> w2.shape, b2
+    ((5, 8), array([0., 0., 1., 1., 0., 0., 0., 0.]))
     """
     return icfo_to_ifco(w), _add_to_forget_block(icfo_to_ifco(b), forget_bias)
 
@@ -138,6 +145,14 @@ def block_lstm_v2_to_v1(w, b, forget_bias=1.0):
     -------
     tuple
         ``(w1 [I + H, 4H], b1 [4H])``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> w, b = rng.standard_normal((5, 8)), rng.standard_normal(8)  # I = 3, H = 2
+    >>> w1, b1 = block_lstm_v2_to_v1(*block_lstm_v1_to_v2(w, b, forget_bias=1.0), forget_bias=1.0)
+    >>> w1.shape, np.allclose(w1, w) and np.allclose(b1, b)
+    ((5, 8), True)
     """
     return ifco_to_icfo(w), ifco_to_icfo(_add_to_forget_block(b, -forget_bias))
 
@@ -194,6 +209,17 @@ def lstmcell_to_block_lstm(weights, forget_bias=1.0, cell_clip=None):
     ------
     ValueError
         A projection, ``cell_clip <= 0``, or malformed weights.
+
+    Examples
+    --------
+    >>> import nblstm
+    >>> weights = {"kernel": np.full((5, 8), 0.1), "bias": np.zeros(8)}  # I = 3, H = 2
+    >>> args = lstmcell_to_block_lstm(weights)
+    >>> args["w"].shape, args["use_peephole"], args["cell_clip"], args["layout"]
+    ((5, 8), False, -1.0, 'icfo')
+    >>> x, c0, h0 = np.ones((3, 1, 3)), np.zeros((1, 2)), np.zeros((1, 2))  # [T, B, I], [B, H]
+    >>> nblstm.block_lstm(x, c0, h0, **args).h.shape
+    (3, 1, 2)
     """
     _, units, _, has_proj = _cell_sizes(weights)
     if has_proj:
@@ -224,6 +250,15 @@ def block_lstm_to_lstmcell(w, b, wci=None, wcf=None, wco=None):
     dict
         ``kernel``, ``bias`` and, when the peepholes are given, ``w_f_diag,
         w_i_diag, w_o_diag``.
+
+    Examples
+    --------
+    >>> w, b = np.zeros((5, 8)), np.zeros(8)  # I = 3, H = 2
+    >>> sorted(block_lstm_to_lstmcell(w, b))
+    ['bias', 'kernel']
+    >>> wci, wcf, wco = np.zeros((3, 2))
+    >>> sorted(block_lstm_to_lstmcell(w, b, wci, wcf, wco))
+    ['bias', 'kernel', 'w_f_diag', 'w_i_diag', 'w_o_diag']
     """
     out = {"kernel": _array(w, "w").copy(), "bias": _array(b, "b").copy()}
     given = [p is not None for p in (wci, wcf, wco)]
@@ -250,6 +285,13 @@ def keras_to_block_lstm_v2(kernel, recurrent_kernel, bias):
     -------
     tuple
         ``(w [I + H, 4H], b [4H])``.
+
+    Examples
+    --------
+    >>> kernel, recurrent_kernel = np.ones((3, 8)), np.zeros((2, 8))  # I = 3, H = 2
+    >>> w, b = keras_to_block_lstm_v2(kernel, recurrent_kernel, None)
+    >>> w.shape, b.shape, float(w[:3].sum()), float(w[3:].sum())
+    ((5, 8), (8,), 24.0, 0.0)
     """
     kernel = _array(kernel, "kernel")
     recurrent_kernel = _array(recurrent_kernel, "recurrent_kernel")
@@ -264,7 +306,17 @@ def keras_to_block_lstm_v2(kernel, recurrent_kernel, bias):
 
 
 def block_lstm_v2_to_keras(w, b, input_size):
-    """BlockLSTMV2 weights to Keras ``LSTM``: ``[kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H]]``."""
+    """BlockLSTMV2 weights to Keras ``LSTM``: ``[kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H]]``.
+
+    Examples
+    --------
+    >>> w, b = np.arange(40.0).reshape(5, 8), np.zeros(8)  # I = 3, H = 2
+    >>> kernel, recurrent_kernel, bias = block_lstm_v2_to_keras(w, b, input_size=3)
+    >>> kernel.shape, recurrent_kernel.shape, bias.shape
+    ((3, 8), (2, 8), (8,))
+    >>> np.array_equal(keras_to_block_lstm_v2(kernel, recurrent_kernel, bias)[0], w)
+    True
+    """
     w = _array(w, "w")
     return [w[:input_size].copy(), w[input_size:].copy(), _array(b, "b").copy()]
 
@@ -294,6 +346,14 @@ def torch_to_block_lstm_v2(state_dict, layer=0, suffix=""):
     tuple
         ``(w [I + P, 4H], b [4H], projection [H, P] or None)`` with
         ``b = bias_ih + bias_hh``.
+
+    Examples
+    --------
+    >>> state_dict = {"weight_ih_l0": np.ones((8, 3)), "weight_hh_l0": np.ones((8, 2)),  # H = 2, I = 3
+    ...               "bias_ih_l0": np.ones(8), "bias_hh_l0": np.ones(8)}
+    >>> w, b, projection = torch_to_block_lstm_v2(state_dict)
+    >>> w.shape, b[:2], projection
+    ((5, 8), array([2., 2.]), None)
     """
     w_ih = _torch_key(state_dict, "weight_ih", layer, suffix)
     w_hh = _torch_key(state_dict, "weight_hh", layer, suffix)
@@ -328,6 +388,17 @@ def block_lstm_v2_to_torch(w, b, input_size, projection=None, layer=0, suffix=""
     dict
         ``{name: numpy array}``; load with ``module.load_state_dict({k:
         torch.from_numpy(v) ...})``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> w, b = rng.standard_normal((5, 8)), rng.standard_normal(8)  # I = 3, H = 2
+    >>> state_dict = block_lstm_v2_to_torch(w, b, input_size=3)
+    >>> {k: a.shape for k, a in state_dict.items()}
+    {'weight_ih_l0': (8, 3), 'weight_hh_l0': (8, 2), 'bias_ih_l0': (8,), 'bias_hh_l0': (8,)}
+    >>> w2, b2, _ = torch_to_block_lstm_v2(state_dict)
+    >>> np.allclose(w2, w) and np.allclose(b2, b)
+    True
     """
     w = _array(w, "w")
     b = _array(b, "b")
@@ -363,6 +434,13 @@ def lstmcell_to_torch(weights, forget_bias=1.0, layer=0, suffix=""):
     ------
     ValueError
         Peephole weights (PyTorch has none) or malformed weights.
+
+    Examples
+    --------
+    >>> weights = {"kernel": np.zeros((5, 8)), "bias": np.zeros(8)}  # I = 3, H = 2
+    >>> state_dict = lstmcell_to_torch(weights, forget_bias=1.0)
+    >>> state_dict["weight_ih_l0"].shape, state_dict["weight_hh_l0"].shape, state_dict["bias_ih_l0"]
+    ((8, 3), (8, 2), array([0., 0., 1., 1., 0., 0., 0., 0.]))
     """
     input_size, w, b = _cell_to_v2(weights, forget_bias)
     return block_lstm_v2_to_torch(w, b, input_size, weights.get("projection/kernel"), layer, suffix)
@@ -379,6 +457,15 @@ def torch_to_lstmcell(state_dict, forget_bias=0.0, layer=0, suffix=""):
     dict
         ``kernel [I + P, 4H]``, ``bias [4H]``, and ``projection/kernel [H, P]``
         when the state dict has ``weight_hr``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> weights = {"kernel": rng.standard_normal((4, 8)), "bias": rng.standard_normal(8),  # I = 3, H = 2, P = 1
+    ...            "projection/kernel": rng.standard_normal((2, 1))}
+    >>> back = torch_to_lstmcell(lstmcell_to_torch(weights, forget_bias=1.0), forget_bias=1.0)
+    >>> sorted(back), all(np.allclose(back[k], weights[k]) for k in weights)
+    (['bias', 'kernel', 'projection/kernel'], True)
     """
     w, b, proj = torch_to_block_lstm_v2(state_dict, layer, suffix)
     w1, b1 = block_lstm_v2_to_v1(w, b, forget_bias)
@@ -391,6 +478,13 @@ def torch_to_lstmcell(state_dict, forget_bias=0.0, layer=0, suffix=""):
 def lstmcell_to_keras(weights, forget_bias=1.0):
     """TF1 ``LSTMCell`` weights (no projection, no peepholes) to Keras ``LSTM``: ``[kernel, recurrent_kernel,
     bias]``, ``forget_bias`` folded into the bias (use ``unit_forget_bias=False`` when building the layer).
+
+    Examples
+    --------
+    >>> weights = {"kernel": np.zeros((5, 8)), "bias": np.zeros(8)}  # I = 3, H = 2
+    >>> kernel, recurrent_kernel, bias = lstmcell_to_keras(weights, forget_bias=1.0)
+    >>> kernel.shape, recurrent_kernel.shape, bias
+    ((3, 8), (2, 8), array([0., 0., 1., 1., 0., 0., 0., 0.]))
     """
     if weights.get("projection/kernel") is not None:
         raise ValueError("Keras LSTM has no projection: weights with 'projection/kernel' cannot be converted")
@@ -412,6 +506,16 @@ def keras_to_lstmcell(kernel, recurrent_kernel=None, bias=None, forget_bias=0.0)
     -------
     dict
         ``kernel [I + H, 4H]`` and ``bias [4H]`` in ICFO order.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> layer_weights = [rng.standard_normal((3, 8)), rng.standard_normal((2, 8)), rng.standard_normal(8)]
+    >>> weights = keras_to_lstmcell(layer_weights)  # I = 3, H = 2
+    >>> weights["kernel"].shape, weights["bias"].shape
+    ((5, 8), (8,))
+    >>> all(np.allclose(a, b) for a, b in zip(lstmcell_to_keras(weights, forget_bias=0.0), layer_weights))
+    True
     """
     if isinstance(kernel, (list, tuple)):
         if recurrent_kernel is not None or bias is not None or len(kernel) not in (2, 3):
@@ -435,6 +539,12 @@ def block_lstm_v2_to_cudnn(w, b, input_size):
         ``biases`` is 8 ``[H]`` arrays, the summed bias split half and half
         between the input and recurrent biases of each gate, as TensorFlow
         does when it writes cuDNN weights.
+
+    Examples
+    --------
+    >>> weights, biases = block_lstm_v2_to_cudnn(np.ones((5, 8)), np.ones(8), input_size=3)  # I = 3, H = 2
+    >>> len(weights), weights[0].shape, weights[4].shape, len(biases), biases[0]
+    (8, (2, 3), (2, 2), 8, array([0.5, 0.5]))
     """
     w = _array(w, "w")
     b = _array(b, "b")
@@ -458,6 +568,14 @@ def cudnn_to_block_lstm_v2(weights, biases):
     -------
     tuple
         ``(w [I + H, 4H], b [4H])``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> w, b = rng.standard_normal((5, 8)), rng.standard_normal(8)  # I = 3, H = 2
+    >>> w2, b2 = cudnn_to_block_lstm_v2(*block_lstm_v2_to_cudnn(w, b, input_size=3))
+    >>> w2.shape, np.allclose(w2, w) and np.allclose(b2, b)
+    ((5, 8), True)
     """
     if len(weights) != 8 or len(biases) != 8:
         raise ValueError(f"cuDNN LSTM has 8 weight matrices and 8 biases, got {len(weights)} and {len(biases)}")

@@ -192,6 +192,22 @@ def lstm_block_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, f
     ------
     TypeError, ValueError
         As :func:`block_lstm`.
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np
+    >>> import nblstm, nblstm.dask
+    >>> rng = np.random.default_rng(0)
+    >>> B, I, H = 4, 3, 2
+    >>> x = da.from_array(rng.standard_normal((B, I)), chunks=(2, I))
+    >>> c0 = h0 = np.zeros((B, H))
+    >>> w, b = rng.standard_normal((I + H, 4 * H)) * 0.3, np.zeros(4 * H)
+    >>> out = nblstm.dask.lstm_block_cell(x, c0, h0, w, b)
+    >>> out.h.chunks
+    ((2, 2), (2,))
+    >>> h = out.h.compute(scheduler="sync")
+    >>> bool(np.allclose(h, nblstm.lstm_block_cell(x.compute(), c0, h0, w, b).h))
+    True
     """
     options = {"forget_bias": forget_bias, "cell_clip": cell_clip, "use_peephole": use_peephole, "layout": layout}
     return _run(True, x, cs_prev, h_prev, w, b, wci, wcf, wco, options)

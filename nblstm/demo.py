@@ -41,6 +41,16 @@ def adding_problem(rng, steps, batch, min_length=None):
         ``(x [T, B, 2] float32, lengths [B] int64, target [B] float32)``: channel
         0 holds the values, channel 1 the two markers (both inside the length);
         steps past an example's length are zero.
+
+    Examples
+    --------
+    >>> x, lengths, target = adding_problem(np.random.default_rng(0), steps=6, batch=3)
+    >>> x.shape, lengths.shape, target.shape
+    ((6, 3, 2), (3,), (3,))
+    >>> bool((x[:, :, 1].sum(axis=0) == 2).all())  # two markers per example
+    True
+    >>> bool(np.allclose((x[:, :, 0] * x[:, :, 1]).sum(axis=0), target))
+    True
     """
     min_length = steps // 2 if min_length is None else min_length
     lengths = rng.integers(min_length, steps + 1, batch)
