@@ -44,6 +44,7 @@ import numpy as np
 from numba import njit, prange
 
 from .cpu import _JIT, _gemm_rows, _split, kernel_section, row_bounds
+from .cpu import _weight_grads_block as _fused_weight_grads_block
 from .cpu import chunk_bounds as _chunk_bounds
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 
@@ -488,46 +489,18 @@ def _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, h
                         partial_p):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
-    ``dx2d`` rows ``x_rows[k]..x_rows[k+1]-1``; the contribution of the same
-    rows to the input part of the kernel gradient, to the bias and to the
-    projection gradient, and of the rows ``m_rows[k]..m_rows[k+1]-1`` (steps
-    ``t >= 1``, whose previous output is ``m2d[row - B]``) to the recurrent
-    part, into ``partial[k]``, ``partial_b[k]``, ``partial_p[k]``; thread 0
-    adds step 0, whose previous output is ``m0``.
+    The fused ops' share (:func:`nblstm.cpu._weight_grads_block`: ``dx2d``,
+    the kernel and bias gradients, with ``m`` as the previous output) plus,
+    with a projection, the same rows' contribution to its gradient in
+    ``partial_p[k]``.
     """
-    batch = m0.shape[0]
-    inputs = x2d.shape[1]
-    p = partial[k]
-    r0, r1 = x_rows[k], x_rows[k + 1]
-    if inputs > 0:
-        _gemm_rows(dg2d, w_x.T, dx2d, x_rows, k)
-    if r1 > r0 and inputs > 0:
-        np.dot(x2d[r0:r1].T, dg2d[r0:r1], p[:inputs])
-    else:
-        p[:inputs] = 0
-    pb = partial_b[k]
-    pb[:] = 0
-    for row in range(r0, r1):
-        dr = dg2d[row]
-        for c in range(pb.shape[0]):
-            pb[c] += dr[c]
+    _fused_weight_grads_block(k, x2d, m2d, m0, dg2d, w_x.T, x_rows, m_rows, dx2d, partial, partial_b)
     if has_proj:
+        r0, r1 = x_rows[k], x_rows[k + 1]
         if r1 > r0:
             np.dot(r2d[r0:r1].T, dm2d[r0:r1], partial_p[k])
         else:
             partial_p[k][:] = 0
-    q0, q1 = m_rows[k], m_rows[k + 1]
-    pm = p[inputs:]
-    if q1 > q0:
-        np.dot(m2d[q0 - batch:q1 - batch].T, dg2d[q0:q1], pm)
-    else:
-        pm[:] = 0
-    if k == 0:
-        # dg2d[:B] is step 0, whose previous output is m0.
-        first = np.dot(m0.T, dg2d[:batch])
-        for row in range(pm.shape[0]):
-            for c in range(pm.shape[1]):
-                pm[row, c] += first[row, c]
 
 
 @njit(parallel=True, **_JIT)
