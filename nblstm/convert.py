@@ -141,6 +141,14 @@ def block_lstm_v1_to_v2(w, b, forget_bias=1.0):
 def block_lstm_v2_to_v1(w, b, forget_bias=1.0):
     """BlockLSTMV2 weights to BlockLSTM (V1) run with ``forget_bias`` (subtracted from the forget block).
 
+    Parameters
+    ----------
+    w : [I + H, 4H] array
+        BlockLSTMV2 weights, IFCO columns.
+    b : [4H] array
+    forget_bias : float, default 1.0
+        The ``forget_bias`` the BlockLSTM (V1) op will be run with.
+
     Returns
     -------
     tuple
@@ -245,6 +253,14 @@ def lstmcell_to_block_lstm(weights, forget_bias=1.0, cell_clip=None):
 def block_lstm_to_lstmcell(w, b, wci=None, wcf=None, wco=None):
     """BlockLSTM (V1, ICFO) weights as TF1 ``LSTMCell`` weights (use the same ``forget_bias``).
 
+    Parameters
+    ----------
+    w : [I + H, 4H] array
+        BlockLSTM (V1) weights, ICFO columns.
+    b : [4H] array
+    wci, wcf, wco : [H] arrays, optional
+        Peephole weights, all three or none; they become ``w_i_diag, w_f_diag, w_o_diag``.
+
     Returns
     -------
     dict
@@ -307,6 +323,14 @@ def keras_to_block_lstm_v2(kernel, recurrent_kernel, bias):
 
 def block_lstm_v2_to_keras(w, b, input_size):
     """BlockLSTMV2 weights to Keras ``LSTM``: ``[kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H]]``.
+
+    Parameters
+    ----------
+    w : [I + H, 4H] array
+        BlockLSTMV2 weights, IFCO columns.
+    b : [4H] array
+    input_size : int
+        ``I``.
 
     Examples
     --------
@@ -430,6 +454,17 @@ def lstmcell_to_torch(weights, forget_bias=1.0, layer=0, suffix=""):
     The cell's ``cell_clip``, ``proj_clip`` and activation are not part of
     the weights: PyTorch has tanh only and no clipping.
 
+    Parameters
+    ----------
+    weights : mapping
+        ``kernel [I + P, 4H]``, ``bias [4H]`` and, projected, ``projection/kernel [H, P]``
+        (``P = num_proj or H``), as :meth:`nblstm.LSTMCell.get_weights` returns.
+    forget_bias : float, default 1.0
+        The cell's ``forget_bias``, folded into ``bias_ih``.
+    layer : int, default 0
+    suffix : str, default ""
+        ``"_reverse"`` for the backward direction of a bidirectional LSTM.
+
     Raises
     ------
     ValueError
@@ -451,6 +486,16 @@ def torch_to_lstmcell(state_dict, forget_bias=0.0, layer=0, suffix=""):
 
     With the default ``forget_bias=0.0`` the bias is copied exactly; with
     another value it is subtracted from the forget block.
+
+    Parameters
+    ----------
+    state_dict : mapping
+        ``weight_ih_l{layer}{suffix} [4H, I]``, ``weight_hh_l... [4H, P]``,
+        optional ``bias_ih_l..., bias_hh_l... [4H]`` and ``weight_hr_l... [P, H]``.
+    forget_bias : float, default 0.0
+        The ``forget_bias`` of the cell that will use the weights.
+    layer : int, default 0
+    suffix : str, default ""
 
     Returns
     -------
@@ -478,6 +523,13 @@ def torch_to_lstmcell(state_dict, forget_bias=0.0, layer=0, suffix=""):
 def lstmcell_to_keras(weights, forget_bias=1.0):
     """TF1 ``LSTMCell`` weights (no projection, no peepholes) to Keras ``LSTM``: ``[kernel, recurrent_kernel,
     bias]``, ``forget_bias`` folded into the bias (use ``unit_forget_bias=False`` when building the layer).
+
+    Parameters
+    ----------
+    weights : mapping
+        ``kernel [I + H, 4H]`` and ``bias [4H]``, ICFO columns.
+    forget_bias : float, default 1.0
+        The cell's ``forget_bias``, folded into the Keras bias.
 
     Examples
     --------
@@ -530,6 +582,16 @@ def keras_to_lstmcell(kernel, recurrent_kernel=None, bias=None, forget_bias=0.0)
 
 def block_lstm_v2_to_cudnn(w, b, input_size):
     """BlockLSTMV2 weights to cuDNN's canonical per-gate matrices and biases.
+
+    Parameters
+    ----------
+    w : [I + H, 4H] array
+        BlockLSTMV2 weights, IFCO columns.
+    b : [4H] array
+        The summed bias, split half and half between cuDNN's input and
+        recurrent biases.
+    input_size : int
+        ``I``.
 
     Returns
     -------
