@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import nblstm
 from nblstm import raw_ops
 from nblstm import reference as ref
+from tests.helpers import make_problem
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, derandomize=True, print_blob=True,
@@ -67,19 +68,9 @@ RAW_LAYOUT = {"BlockLSTM": "icfo", "BlockLSTMV2": "ifco", "BlockLSTMGrad": "icfo
 def make_arrays(seed, steps, batch, inputs, units, dtype, scale):
     """Random inputs, weights, forward-output-like arrays and incoming gradients in ``dtype``."""
     rng = np.random.default_rng(seed)
-    fan = max(inputs + units, 1)
-    p = {
-        "x": rng.standard_normal((steps, batch, inputs)),
-        "cs_prev": rng.standard_normal((batch, units)),
-        "h_prev": rng.uniform(-1, 1, (batch, units)),
-        "w": rng.standard_normal((inputs + units, 4 * units)) * scale / np.sqrt(fan),
-        "b": rng.standard_normal(4 * units) * 0.5,
-        "wci": rng.standard_normal(units) * 0.5,
-        "wcf": rng.standard_normal(units) * 0.5,
-        "wco": rng.standard_normal(units) * 0.5,
-        "cs_grad": rng.standard_normal((steps, batch, units)),
-        "h_grad": rng.standard_normal((steps, batch, units)),
-    }
+    p = make_problem(rng, steps, batch, inputs, units, scale=scale)
+    p["cs_grad"] = rng.standard_normal((steps, batch, units))
+    p["h_grad"] = rng.standard_normal((steps, batch, units))
     return {k: v.astype(dtype) for k, v in p.items()}
 
 
