@@ -393,6 +393,7 @@ class LSTMCell:
         self.input_depth = None
         self._weights = None
         self._packed = {}
+        self._device_weights = {}
 
     # -- sizes and state -------------------------------------------------------------------------------
 
@@ -587,9 +588,11 @@ class LSTMCell:
 
     def _set(self, weights):
         self._weights = weights
-        # Weights packed for the kernels, per compute dtype and chunking: made
+        # Weights packed for the CPU kernels, per compute dtype and chunking,
+        # and uploaded for the CUDA kernels, per compute dtype and GPU: made
         # on first use, dropped when the weights change.
         self._packed = {}
+        self._device_weights = {}
 
     def get_weights(self):
         """The variables as ``{name: array}`` (copies), in TensorFlow's creation order.
@@ -1053,9 +1056,16 @@ class LSTMCell:
         return info
 
     def _state_arrays(self, state, batch, dtype, kind, name):
-        """``(c [B, H], h [B, P])`` host arrays in ``dtype`` from a state argument (zeros for ``None``)."""
+        """``(c [B, H], h [B, P])`` in ``dtype`` from a validated state argument.
+
+        Host arrays for ``kind == "host"`` (zeros for ``None``); for
+        ``"device"`` the GPU arrays themselves, or column views of a joined
+        state (``None`` stays ``None``: the CUDA kernels make the zeros).
+        """
         units, depth = self.num_units, self._depth
         if state is None:
+            if kind == "device":
+                return None, None
             return np.zeros((batch, units), dtype), np.zeros((batch, depth), dtype)
         if self.state_is_tuple:
             if not isinstance(state, (tuple, list)) or len(state) != 2:
@@ -1080,15 +1090,11 @@ class LSTMCell:
         if self.state_is_tuple:
             v.check_shape(infos[f"{name}.c"], (batch, units), "[B, H]: B from inputs, H = num_units")
             v.check_shape(infos[f"{name}.h"], (batch, depth), "[B, P]: B from inputs, P = num_proj or num_units")
-            c, h = (self._host(a) for a in parts.values())
+            c, h = parts.values()
         else:
             v.check_shape(infos[name], (batch, units + depth), "[B, H + P]: the state c and h concatenated")
-            full = self._host(state)
-            c, h = full[:, :units], full[:, units:]
+            c, h = state[:, :units], state[:, units:]
         return c, h
-
-    def _host(self, a):
-        return a if isinstance(a, np.ndarray) else _Device.to_host(a)
 
     def _lengths(self, sequence_length, steps, batch):
         if sequence_length is None:
@@ -1132,16 +1138,14 @@ class LSTMCell:
             return LSTMStateTuple(*(_Device.to_device(a) for a in state))
         return _Device.to_device(state)
 
-    def _make_state(self, c, h, dtype, kind):
+    def _make_state(self, c, h, dtype):
+        """A host state of the cell's structure from ``c [B, H]`` and ``h [B, P]``."""
         c = c.astype(dtype, copy=False)
         h = h.astype(dtype, copy=False)
-        state = LSTMStateTuple(c, h) if self.state_is_tuple else np.concatenate([c, h], axis=1)
-        return self._like(state, kind)
+        return LSTMStateTuple(c, h) if self.state_is_tuple else np.concatenate([c, h], axis=1)
 
     def _run(self, info, inputs, state, sequence_length, with_grad):
         """Validate everything, then run the forward kernels; returns ``(outputs, final_state, ctx)``."""
-        from . import cpu_cell
-
         dtype = info.dtype
         batch = info.shape[-2]
         steps = 1 if len(info.shape) == 2 else info.shape[0]
@@ -1152,8 +1156,23 @@ class LSTMCell:
             if self._dtype is None:
                 self._dtype = dtype
             self.build(info.shape[-1])
-        # The kernels run on the host: GPU arrays are copied (see the module docs).
-        x = self._host(inputs)
+        proj_clip = self.proj_clip if self.num_proj is not None else None
+        act = self.activation.code
+        if info.kind == "device":
+            from . import cuda_cell
+
+            outputs, final, saved = cuda_cell.sequence_forward(
+                inputs, c0, h0, self._weights, self._device_weights, lengths, self.forget_bias, self.cell_clip,
+                proj_clip, act, join_state=not self.state_is_tuple, with_grad=with_grad)
+            if self.state_is_tuple:
+                final = LSTMStateTuple(*final)
+            ctx = None
+            if with_grad:
+                ctx = {"saved": saved, "dtype": dtype, "kind": info.kind, "shape": (steps, batch)}
+            return outputs, final, ctx
+        from . import cpu_cell
+
+        x = inputs
         if len(info.shape) == 2:
             x = x[None]
         ct = _compute_dtype(dtype)
@@ -1161,15 +1180,11 @@ class LSTMCell:
         c0 = np.ascontiguousarray(c0, ct)
         h0 = np.ascontiguousarray(h0, ct)
         packed = self._packed_for(ct, batch)
-        act = self.activation.code
-        proj_clip = self.proj_clip if self.num_proj is not None else None
         saved = cpu_cell.sequence_forward(x, c0, h0, packed, lengths, self.forget_bias, self.cell_clip, proj_clip,
                                           act)
         c_final, h_final = cpu_cell.final_state(saved)
         outputs = cpu_cell.masked_outputs(saved).astype(dtype, copy=False)
-        if info.kind == "device":
-            outputs = _Device.to_device(outputs)
-        final = self._make_state(c_final, h_final, dtype, info.kind)
+        final = self._make_state(c_final, h_final, dtype)
         ctx = None
         if with_grad:
             ctx = {"saved": saved, "packed": packed, "dtype": dtype, "ct": ct, "kind": info.kind,
@@ -1177,22 +1192,30 @@ class LSTMCell:
         return outputs, final, ctx
 
     def _grad_part(self, value, shape, dtype, kind, name, ct):
-        """A gradient argument as a C-contiguous host array of the compute dtype (zeros for ``None``)."""
+        """A validated gradient argument.
+
+        For host calls a C-contiguous array of the compute dtype ``ct``
+        (zeros for ``None``); for GPU calls the GPU array itself (``None``
+        stays ``None``).
+        """
         if value is None:
-            return np.zeros(shape, ct)
+            return None if kind == "device" else np.zeros(shape, ct)
         info = v.describe_array(name, value)
         if info.kind != kind:
             raise TypeError(f"{name} must live where inputs did (NumPy or GPU)")
         if info.dtype != dtype:
             raise TypeError(f"{name} has dtype {info.dtype}; expected {dtype} (the dtype of inputs)")
         v.check_shape(info, shape, "like the corresponding state")
-        return np.ascontiguousarray(self._host(value), ct)
+        if kind == "device":
+            return value
+        return np.ascontiguousarray(value, ct)
 
     def _backward(self, ctx, d_outputs, d_final_state):
         from . import cpu_cell
 
         steps, batch = ctx["shape"]
-        dtype, ct, kind = ctx["dtype"], ctx["ct"], ctx["kind"]
+        dtype, kind = ctx["dtype"], ctx["kind"]
+        ct = _compute_dtype(dtype)
         units, depth = self.num_units, self._depth
         d_out = self._grad_part(d_outputs, (steps, batch, depth), dtype, kind, "d_outputs", ct)
         if d_final_state is None:
@@ -1205,13 +1228,21 @@ class LSTMCell:
             d_c, d_h = self._state_arrays(d_final_state, batch, dtype, kind, "d_final_state")
         d_c = self._grad_part(d_c, (batch, units), dtype, kind, "d_final_state.c", ct)
         d_h = self._grad_part(d_h, (batch, depth), dtype, kind, "d_final_state.h", ct)
-        d_x, d_c0, d_h0, d_w = cpu_cell.sequence_backward(ctx["saved"], ctx["packed"], d_out, d_c, d_h,
-                                                          ctx["cell_clip"], ctx["proj_clip"], ctx["act"])
-        d_x = d_x.astype(dtype, copy=False)
-        d_w = {n: d_w[n].astype(dtype, copy=False) for n in self.weight_names}
         if kind == "device":
-            d_x = _Device.to_device(d_x)
-        return d_x, self._make_state(d_c0, d_h0, dtype, kind), d_w
+            from . import cuda_cell
+
+            d_x, d_state, d_w = cuda_cell.sequence_backward(ctx["saved"], d_out, d_c, d_h,
+                                                            join_state=not self.state_is_tuple)
+            if self.state_is_tuple:
+                d_state = LSTMStateTuple(*d_state)
+        else:
+            d_x, d_c0, d_h0, d_w = cpu_cell.sequence_backward(ctx["saved"], ctx["packed"], d_out, d_c, d_h,
+                                                              ctx["cell_clip"], ctx["proj_clip"], ctx["act"])
+            d_x = d_x.astype(dtype, copy=False)
+            d_state = self._make_state(d_c0, d_h0, dtype)
+        # Weight gradients are NumPy arrays of the cell's dtype on both targets, like get_weights().
+        d_w = {n: d_w[n].astype(dtype, copy=False) for n in self.weight_names}
+        return d_x, d_state, d_w
 
     def __repr__(self):
         extras = [f"num_proj={self.num_proj}"] if self.num_proj else []

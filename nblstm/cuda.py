@@ -200,8 +200,11 @@ def _kernels(dtype):
     Returns
     -------
     types.SimpleNamespace
-        ``gemm``, ``forward_tile``, ``forward_step``, ``forward_persistent``,
-        ``backward_tile``, ``backward_step``, ``backward_persistent``.
+        ``gemm``, the device functions ``gate_dots`` and ``row_dot`` (the
+        step kernels' slices of the recurrent GEMMs, shared with
+        :mod:`nblstm.cuda_cell`), ``forward_tile``, ``forward_step``,
+        ``forward_persistent``, ``backward_tile``, ``backward_step``,
+        ``backward_persistent``.
     """
     import types as pytypes
 
@@ -295,6 +298,136 @@ def _kernels(dtype):
                         c[m, n] = value
 
     @cuda.jit(device=True)
+    def gate_dots(t, jt, bt, first, seq, w, bi, bc, bf, bo, zero):
+        """This thread's four gate columns of ``h @ w``, where ``h`` is ``first`` at ``t == 0``, else ``seq[t - 1]``.
+
+        Thread ``(tx, ty)`` of the tile ``(jt, bt)`` owns unit
+        ``j = jt * SJ + tx`` of batch row ``b = bt * SB + ty``; it returns
+        ``(sum_k h[b, k] w[k, g H + j] for g in (bi, bc, bf, bo))``,
+        accumulated over shared-memory K tiles. Rows and units outside the
+        arrays read zeros (their results are not used). Every thread of the
+        block must call this (it synchronises the block). Shared by the
+        fused ops' and the cell's forward steps.
+
+        Parameters
+        ----------
+        t, jt, bt : int
+        first : [B, K] array
+            ``h`` of step 0 (the initial state).
+        seq : [S, B, K] array
+            ``h`` of the steps computed so far (``seq[t - 1]`` is read).
+        w : [K, 4H] array
+            Recurrent weights.
+        bi, bc, bf, bo : int
+            Gate block index of i, ci, f and o in the layout.
+        zero : scalar of the compute dtype
+
+        Returns
+        -------
+        tuple
+            ``(acc_i, acc_c, acc_f, acc_o)``.
+        """
+        batch, k_total = first.shape
+        units = w.shape[1] // 4
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * sj_ + tx
+        h_s = cuda.shared.array((sb_, sk_), dt)
+        w_s = cuda.shared.array((sk_, gate_cols_), dt)
+        acc_i = zero
+        acc_c = zero
+        acc_f = zero
+        acc_o = zero
+        for k0 in range(0, k_total, sk_):
+            for e in range(tid, sb_ * sk_, nthreads_step):
+                r = e // sk_
+                kk = k0 + e % sk_
+                bb = bt * sb_ + r
+                value = zero
+                if bb < batch and kk < k_total:
+                    value = first[bb, kk] if t == 0 else seq[t - 1, bb, kk]
+                h_s[r, e % sk_] = value
+            # w_s[kk, g * SJ + u] = w[k0 + kk, block_g * H + jt * SJ + u],
+            # gates g in the order i, ci, f, o.
+            for e in range(tid, sk_ * 4 * sj_, nthreads_step):
+                kk = e // (4 * sj_)
+                rest = e % (4 * sj_)
+                g = rest // sj_
+                jj = jt * sj_ + rest % sj_
+                block = bi if g == 0 else (bc if g == 1 else (bf if g == 2 else bo))
+                value = zero
+                if k0 + kk < k_total and jj < units:
+                    value = w[k0 + kk, block * units + jj]
+                w_s[kk, rest] = value
+            cuda.syncthreads()
+            for kk in range(sk_):
+                hv = h_s[ty, kk]
+                acc_i += hv * w_s[kk, tx]
+                acc_c += hv * w_s[kk, sj_ + tx]
+                acc_f += hv * w_s[kk, 2 * sj_ + tx]
+                acc_o += hv * w_s[kk, 3 * sj_ + tx]
+            cuda.syncthreads()
+        return acc_i, acc_c, acc_f, acc_o
+
+    @cuda.jit(device=True)
+    def row_dot(a, b_mat, trans_b, nt, rt, zero):
+        """This thread's element of ``a @ op(b_mat)`` in the tile ``(nt, rt)``.
+
+        Thread ``(tx, ty)`` owns column ``n = nt * SJ + tx`` of row
+        ``r = rt * SB + ty`` and returns ``sum_k a[r, k] op(b_mat)[k, n]``,
+        accumulated over shared-memory K tiles; rows and columns outside the
+        arrays read zeros. Every thread of the block must call this (it
+        synchronises the block). The fused ops' backward step uses it for the
+        carried ``dh``; the cell for its projection and its carried gradients.
+
+        Parameters
+        ----------
+        a : [R, K] array
+        b_mat : [N, K] array when ``trans_b``, else [K, N]
+        trans_b : bool
+        nt, rt : int
+        zero : scalar of the compute dtype
+        """
+        rows, k_total = a.shape
+        n_total = b_mat.shape[0] if trans_b else b_mat.shape[1]
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * sj_ + tx
+        a_s = cuda.shared.array((sb_, sk_), dt)
+        # One padding column: thread tx reads row tx, so an odd row length
+        # spreads a warp's reads over the shared-memory banks.
+        b_s = cuda.shared.array((sj_, sk_pad_), dt)
+        acc = zero
+        for k0 in range(0, k_total, sk_):
+            for e in range(tid, sb_ * sk_, nthreads_step):
+                r = e // sk_
+                kk = k0 + e % sk_
+                rr = rt * sb_ + r
+                value = zero
+                if rr < rows and kk < k_total:
+                    value = a[rr, kk]
+                a_s[r, e % sk_] = value
+            # Consecutive threads load consecutive elements of b_mat's rows
+            # (coalesced), whichever way it is stored.
+            for e in range(tid, sj_ * sk_, nthreads_step):
+                if trans_b:
+                    u = e // sk_
+                    kk = e % sk_
+                else:
+                    kk = e // sj_
+                    u = e % sj_
+                nn = nt * sj_ + u
+                value = zero
+                if nn < n_total and k0 + kk < k_total:
+                    value = b_mat[nn, k0 + kk] if trans_b else b_mat[k0 + kk, nn]
+                b_s[u, kk] = value
+            cuda.syncthreads()
+            for kk in range(sk_):
+                acc += a_s[ty, kk] * b_s[tx, kk]
+            cuda.syncthreads()
+        return acc
+
+    @cuda.jit(device=True)
     def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip,
                      use_peephole, bi, bc, bf, bo, out):
         """Step ``t`` of the tile ``(jt, bt)``: ``_SB`` batch rows by ``_SJ`` units.
@@ -324,47 +457,9 @@ def _kernels(dtype):
             and ``h`` (``out[6]``) is read.
         """
         batch, units = cs_prev.shape
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * sj_ + tx
-        j = jt * sj_ + tx
-        b = bt * sb_ + ty
-        h_s = cuda.shared.array((sb_, sk_), dt)
-        w_s = cuda.shared.array((sk_, gate_cols_), dt)
-        zero = one - one
-        acc_i = zero
-        acc_c = zero
-        acc_f = zero
-        acc_o = zero
-        for k0 in range(0, units, sk_):
-            for e in range(tid, sb_ * sk_, nthreads_step):
-                r = e // sk_
-                kk = k0 + e % sk_
-                bb = bt * sb_ + r
-                value = zero
-                if bb < batch and kk < units:
-                    value = h_prev[bb, kk] if t == 0 else out[6, t - 1, bb, kk]
-                h_s[r, e % sk_] = value
-            # w_s[kk, g * SJ + u] = w_rec[k0 + kk, block_g * H + jt * SJ + u],
-            # gates g in the order i, ci, f, o.
-            for e in range(tid, sk_ * 4 * sj_, nthreads_step):
-                kk = e // (4 * sj_)
-                rest = e % (4 * sj_)
-                g = rest // sj_
-                jj = jt * sj_ + rest % sj_
-                block = bi if g == 0 else (bc if g == 1 else (bf if g == 2 else bo))
-                value = zero
-                if k0 + kk < units and jj < units:
-                    value = w_rec[k0 + kk, block * units + jj]
-                w_s[kk, rest] = value
-            cuda.syncthreads()
-            for kk in range(sk_):
-                hv = h_s[ty, kk]
-                acc_i += hv * w_s[kk, tx]
-                acc_c += hv * w_s[kk, sj_ + tx]
-                acc_f += hv * w_s[kk, 2 * sj_ + tx]
-                acc_o += hv * w_s[kk, 3 * sj_ + tx]
-            cuda.syncthreads()
+        j = jt * sj_ + cuda.threadIdx.x
+        b = bt * sb_ + cuda.threadIdx.y
+        acc_i, acc_c, acc_f, acc_o = gate_dots(t, jt, bt, h_prev, out[6], w_rec, bi, bc, bf, bo, one - one)
         if b < batch and j < units:
             c_prev = cs_prev[b, j] if t == 0 else out[1, t - 1, b, j]
             i, ci, f, o, cs, co, h = spec.forward_unit(
@@ -437,40 +532,12 @@ def _kernels(dtype):
             own thread).
         """
         batch, units = cs_prev.shape
-        gates = 4 * units
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * sj_ + tx
-        j = jt * sj_ + tx
-        b = bt * sb_ + ty
-        g_s = cuda.shared.array((sb_, sk_), dt)
-        # One padding column: thread tx reads row tx, so an odd row length
-        # spreads a warp's reads over the shared-memory banks.
-        w_s = cuda.shared.array((sj_, sk_pad_), dt)
+        j = jt * sj_ + cuda.threadIdx.x
+        b = bt * sb_ + cuda.threadIdx.y
         zero = one - one
         acc = zero
         if t + 1 < steps:
-            for k0 in range(0, gates, sk_):
-                for e in range(tid, sb_ * sk_, nthreads_step):
-                    r = e // sk_
-                    kk = k0 + e % sk_
-                    bb = bt * sb_ + r
-                    value = zero
-                    if bb < batch and kk < gates:
-                        value = dgates[t + 1, bb, kk]
-                    g_s[r, e % sk_] = value
-                for e in range(tid, sj_ * sk_, nthreads_step):
-                    u = e // sk_
-                    kk = k0 + e % sk_
-                    jj = jt * sj_ + u
-                    value = zero
-                    if jj < units and kk < gates:
-                        value = w_rec[jj, kk]
-                    w_s[u, e % sk_] = value
-                cuda.syncthreads()
-                for kk in range(sk_):
-                    acc += g_s[ty, kk] * w_s[tx, kk]
-                cuda.syncthreads()
+            acc = row_dot(dgates[t + 1], w_rec, True, jt, bt, zero)
         if b < batch and j < units:
             c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
             di, dci, df, do, dc_prev = spec.backward_unit(
@@ -508,6 +575,8 @@ def _kernels(dtype):
 
     return pytypes.SimpleNamespace(
         gemm=gemm,
+        gate_dots=gate_dots,
+        row_dot=row_dot,
         forward_tile=forward_tile,
         forward_step=forward_step,
         forward_persistent=forward_persistent,
@@ -869,6 +938,7 @@ class _Launcher:
         self._used = 0
         self.scratch_total = 0
         self._results = None
+        self.device = 0  # set by _call
         if arena.need and (arena.buffer is None or arena.buffer.shape[0] < arena.need):
             arena.buffer = None  # freed before the larger one is allocated
             arena.buffer = self.empty(arena.need)
@@ -948,11 +1018,13 @@ class _Launcher:
             flat = out.reshape(size)
             self._linear(_fill, size, flat, zero)
 
-    def prepare(self, *values):
+    def prepare(self, *values, keep=False):
         """Each value as a C-contiguous device array of the compute dtype.
 
         No copy when a value is one already; otherwise a device-side copy
-        (cast) into scratch memory. ``None`` stays ``None``.
+        (cast) into scratch memory, or with ``keep`` into an allocation of
+        its own that outlives the call (kept for a later backward pass).
+        ``None`` stays ``None``.
         """
         prepared = []
         for value in values:
@@ -960,11 +1032,19 @@ class _Launcher:
                 value = _as_device(value, self.stream)
                 if np.dtype(value.dtype) != self.dtype or not value.is_c_contiguous():
                     src = value
-                    value = self.scratch(tuple(src.shape))
-                    kernel = {1: _copy1, 2: _copy2, 3: _copy3}[len(src.shape)]
-                    self._linear(kernel, _size(src.shape), src, value)
+                    value = (self.empty if keep else self.scratch)(tuple(src.shape))
+                    self.copy(src, value)
             prepared.append(value)
         return prepared
+
+    def copy(self, src, dst):
+        """``dst[...] = src`` with a cast; 1-3 dimensions, any strides."""
+        kernel = {1: _copy1, 2: _copy2, 3: _copy3}[len(src.shape)]
+        self._linear(kernel, _size(src.shape), src, dst)
+
+    def elementwise(self, kernel, n, *args):
+        """Launch ``kernel(*args)``, a grid-stride loop over ``n`` elements (no launch when ``n == 0``)."""
+        self._linear(kernel, n, *args)
 
     def gemm(self, a, b, c, bias=None, trans_a=False, trans_b=False, accumulate=False):
         """``c = op(a) @ op(b) [+ bias] [+ c]`` (see :func:`_kernels` ``gemm``)."""
@@ -1189,12 +1269,15 @@ def _context_cache():
 
 
 @contextlib.contextmanager
-def _call(named, stream):
+def _call(named, stream, wrap=None):
     """Checks and context of one entry-point call.
 
     Yields a :class:`_Launcher` in the compute dtype on the resolved
     stream, holding the scratch memory of that device and stream for the
-    call.
+    call. ``named["x"]`` (else the first array given) decides the storage
+    dtype, the default stream and the kind of the results; ``wrap``, when
+    given, replaces the latter (:mod:`nblstm.cuda_cell` returns Numba device
+    arrays). The launcher's ``device`` is the ordinal of the GPU it runs on.
     """
     _require_gpu()
     first = named["x"] if named.get("x") is not None else next(v for v in named.values() if v is not None)
@@ -1212,7 +1295,8 @@ def _call(named, stream):
         if arena is None:
             arena = arenas.setdefault(dtype, _Arena())
         with arena.lock:
-            run = _Launcher(dtype, storage, launch_stream, arena, _wrap_like(first, ordinal))
+            run = _Launcher(dtype, storage, launch_stream, arena, wrap or _wrap_like(first, ordinal))
+            run.device = device
             try:
                 yield run
             finally:

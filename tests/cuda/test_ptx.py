@@ -1,6 +1,6 @@
 """Compile-only checks of the CUDA target: no GPU, no driver, no simulator.
 
-Every kernel of :mod:`nblstm.cuda` is compiled to PTX with
+Every kernel of :mod:`nblstm.cuda` and :mod:`nblstm.cuda_cell` is compiled to PTX with
 ``numba.cuda.compile_ptx`` for several compute capabilities, in every dtype
 it runs in (float16 arrays only meet the storage-cast kernels: they are
 computed in float32). This needs numba-cuda's NVVM (the ``cuda`` extra
@@ -23,6 +23,7 @@ nvrtc = pytest.importorskip("numba.cuda.cudadrv.nvrtc")
 dispatcher = pytest.importorskip("numba.cuda.dispatcher")
 
 from nblstm import cuda as ncuda  # noqa: E402 - after the skips
+from nblstm import cuda_cell  # noqa: E402
 
 # sm_70 (Volta) is listed for completeness: CUDA 13 toolkits dropped it, so
 # it is skipped where the installed NVVM cannot target it.
@@ -68,6 +69,23 @@ def test_every_kernel_compiles_to_ptx(dtype, target_cc):
             assert ".f64" not in ptx, f"{name}: float64 arithmetic in a float32 kernel"
         if "persistent" in name:
             assert "cudaCGGetIntrinsicHandle" in ptx or "grid" in ptx.lower(), f"{name}: no grid barrier"
+
+
+@pytest.mark.parametrize("target_cc", CCS, indirect=True, ids=[f"sm_{a}{b}" for a, b in CCS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_every_cell_kernel_compiles_to_ptx(dtype, target_cc):
+    """The LSTMCell kernels (float16 cells run them in float32)."""
+    sigs = cuda_cell.kernel_signatures(dtype)
+    assert {"forward_step", "project_step", "backward_m_step", "backward_units_step", "masked_outputs",
+            "write_state"} == {name for name, _, _ in sigs}
+    major, minor = target_cc
+    for name, func, sig in sigs:
+        ptx, _ = cuda.compile_ptx(func, sig, cc=target_cc)
+        assert f".target sm_{major}{minor}" in ptx, name
+        assert ".entry" in ptx, name
+        if dtype == np.float32:
+            # Every activation's maths in float32: a stray float64 literal would show here.
+            assert ".f64" not in ptx, f"{name}: float64 arithmetic in a float32 kernel"
 
 
 def test_no_gpu_is_a_clear_runtime_error():
