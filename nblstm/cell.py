@@ -5,19 +5,25 @@ initial values, and its maths exactly (SPEC.md section 6): peepholes,
 ``cell_clip`` (``0.0`` clips the cell to zero), a projection with
 ``proj_clip``, any Keras activation by name, ``state_is_tuple``. On top of
 the one-step call it runs whole sequences in fused kernels
-(:mod:`nblstm.cpu_cell`: no Python loop over time) with ``dynamic_rnn``
+(:mod:`nblstm.cpu_cell`, and :mod:`nblstm.cuda_cell` for GPU arrays: no
+Python loop over time) with ``dynamic_rnn``
 semantics for per-example lengths, and gives their exact gradients
 (:meth:`LSTMCell.vjp`), with the true gradient of the clipping.
 
 Arrays follow the cell's names: ``c`` the cell state ``[B, H]``, ``h``
 (TensorFlow's ``m``) the output state ``[B, P]``, ``P = num_proj or H``.
 
-GPU arrays: a cell called with arrays on a GPU (``__cuda_array_interface__``)
-returns its results on the GPU, but computes them with the CPU kernels: the
-arguments are copied to the host and the results back. There are no CUDA
-kernels of the cell yet (the fused ops have them, :mod:`nblstm.cuda`); the
-copies make this correct but not fast. Weight gradients come back as NumPy
-arrays, like :meth:`LSTMCell.get_weights`.
+GPU arrays: a cell called with arrays on a GPU (``__cuda_array_interface__``:
+Numba device arrays, CuPy arrays, PyTorch CUDA tensors) runs the CUDA kernels
+of :mod:`nblstm.cuda_cell`, with the same maths and semantics, and nothing
+goes through the host but the lengths (validated on the host) and the weight
+gradients. Outputs, states, ``d_inputs`` and the state gradients are Numba
+device arrays of the inputs' dtype (wrap them with ``cupy.asarray`` or
+``torch.as_tensor``: no copy). Weight gradients are NumPy arrays, like
+:meth:`LSTMCell.get_weights`: the weights live on the host, where
+:meth:`LSTMCell.set_weights` takes them. The weights are uploaded to a GPU
+once, on first use, and kept there (per compute dtype and GPU) until
+:meth:`LSTMCell.set_weights` or :meth:`LSTMCell.build` replaces them.
 """
 
 import json
