@@ -39,6 +39,11 @@ def timeraw_import():
     return "import nblstm"
 
 
+def timeraw_import_numba():
+    """``import numba`` alone: the floor under nblstm's first call (which imports numba)."""
+    return "import numba"
+
+
 class FirstCall:
     """Import plus the first forward (and backward) call, with numba's cache filled."""
 
