@@ -155,7 +155,10 @@ def pack_recurrent(w_rec, bounds):
     """
     units = w_rec.shape[0]
     w_t = w_rec.T.reshape(4, units, units)
-    return np.concatenate([w_t[:, h0:h1, :].ravel() for h0, h1 in zip(bounds[:-1], bounds[1:])])
+    packed = np.empty(4 * units * units, w_rec.dtype)
+    for h0, h1 in zip(bounds[:-1], bounds[1:]):  # copied in place: no temporary
+        packed[4 * units * h0:4 * units * h1].reshape(4, h1 - h0, units)[...] = w_t[:, h0:h1, :]
+    return packed
 
 
 @njit(**_JIT)
@@ -386,25 +389,23 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
 
 
 @njit(**_JIT)
-def _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial, partial_b):
+def _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, p, pb):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
     ``x_grad2d`` rows ``x_rows[k]..x_rows[k+1]-1``; the contribution of the
     same rows to ``w_grad[:I]`` and ``b_grad``, and of the rows
     ``h_rows[k]..h_rows[k+1]-1`` (steps ``t >= 1``, whose previous output is
-    ``h2d[row - B]``) to ``w_grad[I:]``, into ``partial[k]``, ``partial_b[k]``;
-    thread 0 adds step 0, whose previous output is ``h_prev``.
+    ``h2d[row - B]``) to ``w_grad[I:]``, into ``p: [I + H, 4H]`` and
+    ``pb: [4H]``; thread 0 adds step 0, whose previous output is ``h_prev``.
     """
     batch = h_prev.shape[0]
     inputs = x2d.shape[1]
-    p = partial[k]
     r0, r1 = x_rows[k], x_rows[k + 1]
     _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, k)
     if r1 > r0 and inputs > 0:
         np.dot(x2d[r0:r1].T, dg2d[r0:r1], p[:inputs])
     else:
         p[:inputs] = 0
-    pb = partial_b[k]
     pb[:] = 0
     for row in range(r0, r1):
         dr = dg2d[row]
@@ -438,20 +439,21 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, h_rows,
     h_prev : [B, H] C-contiguous array
     dg2d : [S * B, 4H] array
         Gate gradients of all steps.
-    w_in_t : [4H, I] C-contiguous array
-        Transposed input weights.
-    w_rec_t : [4H, H] C-contiguous array
-        Transposed recurrent weights.
+    w_in_t : [4H, I] F-contiguous array
+        Transposed input weights (``w[:I].T``, a view).
+    w_rec_t : [4H, H] F-contiguous array
+        Transposed recurrent weights (``w[I:].T``, a view).
     x_rows : [K + 1] int64 array
         Row blocks over ``0 .. S * B``.
     h_rows : [K + 1] int64 array
         Row blocks over ``B .. S * B``.
     x_grad2d : [S * B, I] array
         Output ``dg2d @ w_in_t``.
-    partial : [K, I + H, 4H] array
-        Workspace: each thread's part of ``w_grad``.
-    partial_b : [K, 4H] array
-        Workspace: each thread's part of ``b_grad``.
+    partial : [K - 1, I + H, 4H] array
+        Workspace: the part of ``w_grad`` of each thread but the first,
+        which writes ``w_grad`` itself.
+    partial_b : [K - 1, 4H] array
+        Workspace: the same for ``b_grad``.
     w_grad : [I + H, 4H] array
         Output ``[x_t, h_{t-1}]^T @ dgates`` summed over steps.
     b_grad : [4H] array
@@ -461,13 +463,15 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, h_rows,
     """
     num_blocks = x_rows.shape[0] - 1
     if num_blocks == 1:  # no parallel region (each costs a barrier)
-        _weight_grads_block(0, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial, partial_b)
+        _weight_grads_block(0, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad, b_grad)
     else:
         for k in prange(num_blocks):
-            _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial, partial_b)
-    w_grad[:] = partial[0]
-    b_grad[:] = partial_b[0]
-    for k in range(1, num_blocks):
+            if k == 0:
+                _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad, b_grad)
+            else:
+                _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial[k - 1],
+                                    partial_b[k - 1])
+    for k in range(num_blocks - 1):
         pk = partial[k]
         for row in range(w_grad.shape[0]):
             for c in range(w_grad.shape[1]):
@@ -597,18 +601,19 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
         h_rows = np.full(num_blocks + 1, rows, np.int64)
         h_rows[0] = batch
     x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
-    partial = np.empty((num_blocks, inputs + units, 4 * units), dtype)
-    partial_b = np.empty((num_blocks, 4 * units), dtype)
+    partial = np.empty((num_blocks - 1, inputs + units, 4 * units), dtype)
+    partial_b = np.empty((num_blocks - 1, 4 * units), dtype)
     w_grad = np.empty(w.shape, dtype)
     b_grad = np.empty(4 * units, dtype)
     h_prev_grad = np.empty((batch, units), dtype)
     c = np.ascontiguousarray
+    w = c(w)  # its row blocks' transposes are F-contiguous views, as the kernel takes them
     h2d = c(outputs[6]).reshape(steps * batch, units)
     with kernel_section():
         dg, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
             cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout)
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
-                            c(w[:inputs].T), c(w[inputs:].T), x_rows, h_rows, x_grad2d, partial, partial_b, w_grad,
+                            w[:inputs].T, w[inputs:].T, x_rows, h_rows, x_grad2d, partial, partial_b, w_grad,
                             b_grad, h_prev_grad)
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)
 
@@ -664,9 +669,10 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
         (x, cs_prev, h_prev, w, wci, wcf, wco, cs_grad, h_grad), ct)
     outputs = _cast_all(outputs, ct)
     wci, wcf, wco = _peepholes(wci, wcf, wco, units, ct)
-    zeros = np.zeros((steps, batch, units), ct)
-    cs_grad = zeros if cs_grad is None else cs_grad
-    h_grad = zeros if h_grad is None else h_grad
+    if cs_grad is None or h_grad is None:
+        zeros = np.zeros((steps, batch, units), ct)
+        cs_grad = zeros if cs_grad is None else cs_grad
+        h_grad = zeros if h_grad is None else h_grad
     grads = _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole,
                       layout)
     return [g.astype(dtype, copy=False) for g in grads]

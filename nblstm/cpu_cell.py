@@ -494,7 +494,7 @@ def _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, h
     with a projection, the same rows' contribution to its gradient in
     ``partial_p[k]``.
     """
-    _fused_weight_grads_block(k, x2d, m2d, m0, dg2d, w_x.T, x_rows, m_rows, dx2d, partial, partial_b)
+    _fused_weight_grads_block(k, x2d, m2d, m0, dg2d, w_x.T, x_rows, m_rows, dx2d, partial[k], partial_b[k])
     if has_proj:
         r0, r1 = x_rows[k], x_rows[k + 1]
         if r1 > r0:

@@ -1,0 +1,64 @@
+"""Peak memory of the fused ops on the CPU, measured with ``tracemalloc`` (NumPy reports its buffers to it).
+
+The bounds (issue targets, DESIGN.md): a forward call needs its outputs plus
+one copy of the weights (repacked for the kernels) and ``O(B x 4H)``
+workspace; a backward call needs its gradients, one ``[T, B, 4H]`` buffer
+(the gate gradients), one partial weight gradient per numba thread but the
+first, and one ``[H, 4H]`` product (step 0's share of the recurrent weight
+gradient, with ``h_prev``). Nothing scales with ``T`` beyond that. Numba's
+own allocations go through Python's raw allocator, so ``tracemalloc`` sees
+them too.
+"""
+
+import tracemalloc
+
+import numba
+import numpy as np
+import pytest
+
+import nblstm
+from tests.helpers import make_problem
+
+SLACK = 16 * 1024  # index arrays, named tuples, small vectors
+
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        result = fn()
+        return tracemalloc.get_traced_memory()[1], result
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(40, 16, 24, 64), (6, 3, 5, 7)], ids=str)
+def test_forward_peak_is_outputs_plus_weights_plus_batch_workspace(shape, dtype):
+    steps, batch, inputs, units = shape
+    a = make_problem(np.random.default_rng(0), steps, batch, inputs, units, dtype)
+    args = (a["x"], a["cs_prev"], a["h_prev"], a["w"], a["b"])
+    nblstm.block_lstm(*args)  # compiled before measuring
+    peak, out = _peak(lambda: nblstm.block_lstm(*args))
+    outputs = sum(o.nbytes for o in out)
+    bound = outputs + a["w"].nbytes + 2 * batch * 4 * units * np.dtype(dtype).itemsize + SLACK
+    assert outputs <= peak <= bound, (peak, outputs, bound)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(40, 16, 24, 64), (6, 3, 5, 7)], ids=str)
+def test_backward_peak_is_gradients_plus_one_gate_buffer(shape, dtype):
+    steps, batch, inputs, units = shape
+    rng = np.random.default_rng(1)
+    a = make_problem(rng, steps, batch, inputs, units, dtype)
+    out = nblstm.block_lstm(a["x"], a["cs_prev"], a["h_prev"], a["w"], a["b"])
+    cs_grad, h_grad = (rng.standard_normal((steps, batch, units)).astype(dtype) for _ in range(2))
+    args = (a["x"], a["cs_prev"], a["h_prev"], a["w"], out, cs_grad, h_grad)
+    nblstm.block_lstm_grad(*args)
+    peak, grads = _peak(lambda: nblstm.block_lstm_grad(*args))
+    gradients = sum(g.nbytes for g in grads)
+    gate_buffer = steps * batch * 4 * units * np.dtype(dtype).itemsize
+    itemsize = np.dtype(dtype).itemsize
+    partials = (numba.get_num_threads() - 1) * (a["w"].nbytes + a["b"].nbytes)
+    bound = gradients + gate_buffer + partials + units * 4 * units * itemsize + SLACK
+    assert gradients <= peak <= bound, (peak, gradients, bound)
