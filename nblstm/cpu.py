@@ -11,7 +11,7 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
   the time loop, computed straight into the gate outputs, its rows split in
   blocks that do not depend on the thread count (so that the forward pass
   gives the same bits on any number of threads).
-- The hidden units are split into ``K`` chunks of about 64 units (their
+- The hidden units are split into ``K`` chunks, a multiple of 4 of up to about 128 units (their
   number independent of the thread count, for the same reason). Each
   chunk's recurrent weights are packed transposed and contiguous
   (``[4 * hk, H]``, gate blocks ``i | ci | f | o``), so that each step is one
@@ -46,9 +46,9 @@ from .spec import GATE_BLOCKS, backward_unit, forward_unit
 _MIN_PARALLEL_STEP_WORK = 32768
 # Fewer hidden units than this per chunk make thin, inefficient GEMMs.
 _MIN_UNITS_PER_CHUNK = 8
-# Hidden units per chunk of the forward's time loop (step_chunks): GEMMs of
-# 4 * 64 rows run at OpenBLAS's full rate, and more chunks balance threads better.
-_UNITS_PER_CHUNK = 64
+# Hidden units per chunk of the forward's time loop (step_chunks): more
+# chunks than that, each a separate GEMM call, measured slower here.
+_UNITS_PER_CHUNK = 128
 # Row blocks of the large GEMMs below this many multiply-adds run on one thread.
 _MIN_PARALLEL_GEMM_WORK = 1 << 18
 # Row blocks of the forward's input projection: as many as the rows allow
@@ -129,7 +129,7 @@ def step_chunks(batch_size, num_units):
     The chunks do not depend on the thread count (each thread takes whole
     chunks), so that every recurrent GEMM call, and with it every bit of
     the forward pass, is the same on any number of threads. Their count is a
-    multiple of 4 (even shares for 1, 2 and 4 threads), with about
+    multiple of 4 (even shares for 1, 2 and 4 threads), with up to about
     ``_UNITS_PER_CHUNK`` units each; small steps take one chunk.
 
     Returns
@@ -140,23 +140,29 @@ def step_chunks(batch_size, num_units):
     """
     if batch_size * num_units * 4 * num_units < _MIN_PARALLEL_STEP_WORK:
         return _split(num_units, 1)
-    chunks = 4 * -(-max(1, num_units // _UNITS_PER_CHUNK) // 4)
+    chunks = 4 * max(1, round(num_units / (4 * _UNITS_PER_CHUNK)))
     return _split(num_units, min(chunks, max(1, num_units // _MIN_UNITS_PER_CHUNK)))
 
 
-def pack_recurrent(w_rec, bounds):
-    """The transposed recurrent weights ``w_rec^T: [4H, H]`` as one flat array, chunk by chunk.
+def pack_recurrent(w_rec, bounds, batch_size):
+    """The recurrent weights ``w_rec: [H, 4H]`` as one flat array, chunk by chunk.
 
-    Chunk ``k`` is ``[4 * hk, H]``: the rows of its units, gate block after
-    gate block in the caller's order. Transposed, the weights are the left
-    operand of the step's GEMM, ``gates^T = w^T @ h^T``, the form OpenBLAS
-    runs fastest for these shapes (1.2-1.6x the rate of ``h @ w`` measured
-    here).
+    Chunk ``k`` holds the columns of its units, gate block after gate block
+    in the caller's order, transposed (``[4 * hk, H]``) so that they are the
+    left operand of the step's GEMM, ``gates^T = w^T @ h^T``: the form
+    OpenBLAS runs fastest for these shapes (1.2-1.6x the rate of ``h @ w``
+    measured here). With ``batch_size == 1`` the step is a vector-matrix
+    product, faster as ``h @ w``, and chunk ``k`` is ``[H, 4 * hk]``.
     """
     units = w_rec.shape[0]
-    w_t = w_rec.T.reshape(4, units, units)
     packed = np.empty(4 * units * units, w_rec.dtype)
-    for h0, h1 in zip(bounds[:-1], bounds[1:]):  # copied in place: no temporary
+    if batch_size == 1:
+        w_g = w_rec.reshape(units, 4, units)
+        for h0, h1 in zip(bounds[:-1], bounds[1:]):  # copied in place: no temporary
+            packed[4 * units * h0:4 * units * h1].reshape(units, 4, h1 - h0)[...] = w_g[:, :, h0:h1]
+        return packed
+    w_t = w_rec.T.reshape(4, units, units)
+    for h0, h1 in zip(bounds[:-1], bounds[1:]):
         packed[4 * units * h0:4 * units * h1].reshape(4, h1 - h0, units)[...] = w_t[:, h0:h1, :]
     return packed
 
@@ -191,12 +197,12 @@ def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, blocks, work, wci, w
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
     hk = h1 - h0
-    wk = w_rec[units * 4 * h0:units * 4 * h1].reshape((4 * hk, units))
     gk = work[batch * 4 * h0:batch * 4 * h1].reshape((batch, 4 * hk))
     h_src = h_prev if t == 0 else h_[t - 1]
-    if batch == 1:  # a matrix-vector product, already in gk's layout
-        np.dot(wk, h_src[0], gk[0])
+    if batch == 1:  # a vector-matrix product (see pack_recurrent)
+        np.dot(h_src[0], w_rec[units * 4 * h0:units * 4 * h1].reshape((units, 4 * hk)), gk[0])
     else:
+        wk = w_rec[units * 4 * h0:units * 4 * h1].reshape((4 * hk, units))
         # gk^T = wk @ h^T, then transposed into gk in tiles of 16 rows, whose
         # cache lines stay in L1 while the batch loop reads them.
         gk_t = work[batch * 4 * (units + h0):batch * 4 * (units + h1)].reshape((4 * hk, batch))
@@ -253,7 +259,7 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, blocks
         Caller's layout.
     cs_prev, h_prev : [B, H] C-contiguous arrays
     w_rec : [4H * H] array
-        Packed recurrent weights (:func:`pack_recurrent`).
+        Packed recurrent weights (:func:`pack_recurrent` with ``B``).
     bounds : [K + 1] int64 array
         Hidden-unit chunks (:func:`step_chunks`).
     rows : [R + 1] int64 array
@@ -514,7 +520,7 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
     # [4, I, H]: the input weights of the gates i, ci, f, o.
     w_in = np.ascontiguousarray(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
-    w_rec = pack_recurrent(w[inputs:], bounds)
+    w_rec = pack_recurrent(w[inputs:], bounds, batch)
     work = np.empty(2 * batch * 4 * units, dtype)
     c = np.ascontiguousarray
     with kernel_section():
