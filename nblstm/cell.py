@@ -272,6 +272,20 @@ def _compute_dtype(dtype):
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
+def _to_compute(a, dtype):
+    """A host array in the compute dtype (:func:`nblstm.cpu._to_compute`: fast float16 conversion)."""
+    from .cpu import _to_compute as convert
+
+    return convert(a, dtype)
+
+
+def _to_storage(a, dtype):
+    """A host result in the caller's dtype (:func:`nblstm.cpu._to_storage`)."""
+    from .cpu import _to_storage as convert
+
+    return convert(a, dtype)
+
+
 def _batch_size(value, name="batch_size"):
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int, got bool")
@@ -1146,8 +1160,8 @@ class LSTMCell:
 
     def _make_state(self, c, h, dtype):
         """A host state of the cell's structure from ``c [B, H]`` and ``h [B, P]``."""
-        c = c.astype(dtype, copy=False)
-        h = h.astype(dtype, copy=False)
+        c = _to_storage(c, dtype)
+        h = _to_storage(h, dtype)
         return LSTMStateTuple(c, h) if self.state_is_tuple else np.concatenate([c, h], axis=1)
 
     def _run(self, info, inputs, state, sequence_length, with_grad):
@@ -1182,14 +1196,12 @@ class LSTMCell:
         if len(info.shape) == 2:
             x = x[None]
         ct = _compute_dtype(dtype)
-        x = np.ascontiguousarray(x, ct)
-        c0 = np.ascontiguousarray(c0, ct)
-        h0 = np.ascontiguousarray(h0, ct)
+        x, c0, h0 = (np.ascontiguousarray(_to_compute(a, ct)) for a in (x, c0, h0))
         packed = self._packed_for(ct, batch)
         saved = cpu_cell.sequence_forward(x, c0, h0, packed, lengths, self.forget_bias, self.cell_clip, proj_clip,
                                           act)
         c_final, h_final = cpu_cell.final_state(saved)
-        outputs = cpu_cell.masked_outputs(saved).astype(dtype, copy=False)
+        outputs = _to_storage(cpu_cell.masked_outputs(saved), dtype)
         final = self._make_state(c_final, h_final, dtype)
         ctx = None
         if with_grad:
@@ -1214,7 +1226,7 @@ class LSTMCell:
         v.check_shape(info, shape, "like the corresponding state")
         if kind == "device":
             return value
-        return np.ascontiguousarray(value, ct)
+        return np.ascontiguousarray(_to_compute(value, ct))
 
     def _backward(self, ctx, d_outputs, d_final_state):
         from . import cpu_cell
@@ -1244,7 +1256,7 @@ class LSTMCell:
         else:
             d_x, d_c0, d_h0, d_w = cpu_cell.sequence_backward(ctx["saved"], ctx["packed"], d_out, d_c, d_h,
                                                               ctx["cell_clip"], ctx["proj_clip"], ctx["act"])
-            d_x = d_x.astype(dtype, copy=False)
+            d_x = _to_storage(d_x, dtype)
             d_state = self._make_state(d_c0, d_h0, dtype)
         # Weight gradients are NumPy arrays of the cell's dtype on both targets, like get_weights().
         d_w = {n: d_w[n].astype(dtype, copy=False) for n in self.weight_names}

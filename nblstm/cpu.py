@@ -38,6 +38,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from . import _half
 from ._blas import single_threaded_blas
 from .spec import GATE_BLOCKS, backward_unit, forward_unit
 
@@ -632,9 +633,27 @@ def _compute_dtype(dtype):
     return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
 
 
+def _to_compute(a, dtype):
+    """``a`` in the compute dtype: no copy when it has it; float16 by :mod:`nblstm._half`."""
+    if a is None or a.dtype == dtype:
+        return a
+    if a.dtype == np.float16 and dtype == np.float32:
+        return _half.to_float32(a)
+    return np.asarray(a, dtype)
+
+
+def _to_storage(a, dtype):
+    """A result back in the caller's dtype (float16 by :mod:`nblstm._half`)."""
+    if a.dtype == dtype:
+        return a
+    if dtype == np.float16 and a.dtype == np.float32:
+        return _half.to_float16(a)
+    return a.astype(dtype)
+
+
 def _cast_all(arrays, dtype):
     """Cast to the compute dtype (a no-op for arrays already in it); ``None`` stays ``None``."""
-    return [None if a is None else np.asarray(a, dtype) for a in arrays]
+    return [_to_compute(a, dtype) for a in arrays]
 
 
 def _peepholes(wci, wcf, wco, units, dtype):
@@ -656,7 +675,7 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, c
     wci, wcf, wco = _peepholes(wci, wcf, wco, cs_prev.shape[1], ct)
     outs = _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip, use_peephole,
                     layout)
-    return [o.astype(dtype, copy=False) for o in outs]
+    return [_to_storage(o, dtype) for o in outs]
 
 
 def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole, layout,
@@ -681,7 +700,7 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
         h_grad = zeros if h_grad is None else h_grad
     grads = _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, use_peephole,
                       layout)
-    return [g.astype(dtype, copy=False) for g in grads]
+    return [_to_storage(g, dtype) for g in grads]
 
 
 def cell_forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, stream=None):
@@ -728,4 +747,4 @@ def cell_backward(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, w, use_peeph
             dgates, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
                 cs_prev, wci, wcf, wco, outputs, cs_grad[None], h_grad[None], 1, w_rec, use_peephole, layout)
         grads = [dc, dgates[0], wci_grad, wcf_grad, wco_grad]
-    return [g.astype(dtype, copy=False) for g in grads]
+    return [_to_storage(g, dtype) for g in grads]
