@@ -27,17 +27,12 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "asv_bench"))
 
-_PROBLEM = """
-import numpy as np
-T, B, I, H = 4, 2, 3, 5
-x = np.ones((T, B, I), np.float32)
-c = np.zeros((B, H), np.float32)
-w = np.full((I + H, 4 * H), 0.1, np.float32)
-b = np.zeros(4 * H, np.float32)
-"""
-_FORWARD = "out = nblstm.block_lstm(x, c, c, w, b)\n"
-_BACKWARD = "nblstm.block_lstm_grad(x, c, c, w, out, None, np.ones_like(out.h))\n"
+from benchmarks.bench_startup import _FIRST_CALLS, _GRAD  # noqa: E402 - the same first calls as asv times
+
+_FORWARD = _FIRST_CALLS.format(grad="")  # import nblstm, then a tiny float32 forward
+_FORWARD_BACKWARD = _FIRST_CALLS.format(grad=_GRAD)
 
 #: (label, code, numba cache: None, "warm" or "cold")
 CASES = (
@@ -45,13 +40,11 @@ CASES = (
     ("`import numpy`", "import numpy", None),
     ("`import numba`", "import numba", None),
     ("`import nblstm`", "import nblstm", "warm"),
-    ("`import nblstm` + first forward, warm cache", "import nblstm" + _PROBLEM + _FORWARD, "warm"),
-    ("`import nblstm` + first forward and backward, warm cache",
-     "import nblstm" + _PROBLEM + _FORWARD + _BACKWARD, "warm"),
+    ("`import nblstm` + first forward, warm cache", _FORWARD, "warm"),
+    ("`import nblstm` + first forward and backward, warm cache", _FORWARD_BACKWARD, "warm"),
     ("`import nblstm` + `nblstm.warmup()`, warm cache", "import nblstm\nnblstm.warmup()", "warm"),
-    ("`import nblstm` + first forward, cold cache (JIT compile)", "import nblstm" + _PROBLEM + _FORWARD, "cold"),
-    ("`import nblstm` + first forward and backward, cold cache (JIT compile)",
-     "import nblstm" + _PROBLEM + _FORWARD + _BACKWARD, "cold"),
+    ("`import nblstm` + first forward, cold cache (JIT compile)", _FORWARD, "cold"),
+    ("`import nblstm` + first forward and backward, cold cache (JIT compile)", _FORWARD_BACKWARD, "cold"),
 )
 
 
@@ -72,7 +65,7 @@ def measure(python, rounds):
     try:
         warm = str(work / "warm")
         # Fill the shared cache with everything the warm cases load.
-        _run(python, "import nblstm" + _PROBLEM + _FORWARD + _BACKWARD + "nblstm.warmup()", warm)
+        _run(python, _FORWARD_BACKWARD + "nblstm.warmup()\n", warm)
         times = {label: [] for label, _, _ in CASES}
         for r in range(rounds):
             for k, (label, code, cache) in enumerate(CASES):
