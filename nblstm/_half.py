@@ -43,11 +43,13 @@ def _to_float32(bits, table, out):
     """``out[k] = float32(float16 with bits[k])`` for flat ``bits: [N] uint16``, ``out: [N] float32``."""
     n = bits.shape[0]
     blocks = (n + _BLOCK - 1) // _BLOCK
+    lo = n - n  # 0 as an int64: a literal 0, or prange's unsigned index, would compile the helper again
     if blocks <= 1:
-        _bits_to_float(bits, table, out, 0, n)
+        _bits_to_float(bits, table, out, lo, n)
     else:
         for b in prange(blocks):
-            _bits_to_float(bits, table, out, b * _BLOCK, min(n, (b + 1) * _BLOCK))
+            start = lo + b * _BLOCK
+            _bits_to_float(bits, table, out, start, min(n, start + _BLOCK))
 
 
 @njit(**_JIT)
@@ -82,11 +84,13 @@ def _to_float16(values, value_bits, out):
     """``out[k]`` = the bits of ``float16(values[k])``; ``value_bits`` is ``values`` viewed as uint32."""
     n = values.shape[0]
     blocks = (n + _BLOCK - 1) // _BLOCK
+    lo = n - n  # 0 as an int64 (see _to_float32)
     if blocks <= 1:
-        _float_to_bits(values, value_bits, out, 0, n)
+        _float_to_bits(values, value_bits, out, lo, n)
     else:
         for b in prange(blocks):
-            _float_to_bits(values, value_bits, out, b * _BLOCK, min(n, (b + 1) * _BLOCK))
+            start = lo + b * _BLOCK
+            _float_to_bits(values, value_bits, out, start, min(n, start + _BLOCK))
 
 
 def to_float32(a):

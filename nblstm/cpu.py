@@ -296,17 +296,19 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, parall
     total = i_.shape[0] * batch
     pre = (i_.reshape((total, units)), ci_.reshape((total, units)), f_.reshape((total, units)),
            o_.reshape((total, units)))
+    # Helpers get int64 indices and bounds, never literals or prange's
+    # unsigned index: each distinct argument type would compile them again.
     tasks = 4 * (rows.shape[0] - 1)
     if parallel_projection:
         for k in prange(tasks):
-            _input_projection(x2d, w_in, pre, rows, k)
+            _input_projection(x2d, w_in, pre, rows, np.int64(k))
     else:  # small: no parallel region (each costs a barrier)
         for k in range(tasks):
             _input_projection(x2d, w_in, pre, rows, k)
     num_chunks = bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
-            _forward_chunk(t, 0, units, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
+            _forward_chunk(t, bounds[0], bounds[1], bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
                            use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         else:
             for k in prange(num_chunks):
@@ -395,11 +397,10 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
         Accumulated peephole gradients.
     """
     one = dgates.dtype.type(1.0)
-    units = cs_prev.shape[1]
     num_chunks = bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
         if num_chunks == 1:
-            _backward_chunk(t, 0, units, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, blocks,
+            _backward_chunk(t, bounds[0], bounds[1], cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, blocks,
                             dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad)
         else:
             for k in prange(num_chunks):
@@ -482,15 +483,19 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, h_rows,
         Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
     """
     num_blocks = x_rows.shape[0] - 1
+    # int64 block indices, never a literal 0 or prange's unsigned index: each
+    # distinct argument type would compile the helper again.
     if num_blocks == 1:  # no parallel region (each costs a barrier)
-        _weight_grads_block(0, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad, b_grad)
+        _weight_grads_block(num_blocks - 1, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad,
+                            b_grad)
     else:
         for k in prange(num_blocks):
             if k == 0:
-                _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad, b_grad)
+                _weight_grads_block(np.int64(k), x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad,
+                                    b_grad)
             else:
-                _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, partial[k - 1],
-                                    partial_b[k - 1])
+                _weight_grads_block(np.int64(k), x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d,
+                                    partial[k - 1], partial_b[k - 1])
     for k in range(num_blocks - 1):
         pk = partial[k]
         for row in range(w_grad.shape[0]):

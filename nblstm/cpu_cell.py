@@ -250,7 +250,7 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bou
         _gemm_rows(x2d, w_x, pre2d, rows, rows.shape[0] - 2)
     else:
         for r in prange(rows.shape[0] - 1):
-            _gemm_rows(x2d, w_x, pre2d, rows, r)
+            _gemm_rows(x2d, w_x, pre2d, rows, np.int64(r))  # not prange's unsigned index: one compile
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
     for t in range(steps):
@@ -549,8 +549,8 @@ def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, perm
                             partial_b, partial_p)
     else:
         for k in prange(num_blocks):
-            _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial,
-                                partial_b, partial_p)
+            _weight_grads_block(np.int64(k), x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d,
+                                partial, partial_b, partial_p)
     # Sum the parts, unpacking the columns to ICFO on the way.
     for row in range(d_kernel.shape[0]):
         out = d_kernel[row]
