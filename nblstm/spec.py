@@ -201,10 +201,11 @@ def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peep
 # value with its true gradient, and the unit's forward/backward with the
 # state carried as the clipped cell. The fused-op functions above are left
 # as they are; these are used by nblstm.cpu_cell (and any CUDA cell kernel).
-# They are inlined into the kernels (numba IR inlining), so that they take the
-# kernel's error model and LLVM sees a call's constant activation code: with
-# ``act = 0`` (tanh) the gate maths is straight-line float32 arithmetic that
-# vectorizes (:func:`tanh`, :func:`sigmoid`).
+# The unit functions are inlined into the kernels (numba IR inlining), so that
+# they take the kernel's error model. The activations are not: inlining their
+# eight branches twice into every unit function cost seconds of compilation
+# and, measured, made the cell's forward slower; as functions of their own
+# (error model "numpy", so no division checks) LLVM inlines them where it pays.
 # ---------------------------------------------------------------------------
 
 #: Integer codes of the activations a cell may use for ``j`` and ``act(c)``.
@@ -244,7 +245,7 @@ def _cast_like_impl(value, like):
     return impl
 
 
-@njit(inline="always")
+@njit(error_model="numpy")
 def activation(code, x, one):
     """The activation ``code`` (:data:`ACTIVATIONS`) of ``x``, Keras' definitions (ELU's alpha is 1).
 
@@ -275,7 +276,7 @@ def activation(code, x, one):
     return x
 
 
-@njit(inline="always")
+@njit(error_model="numpy")
 def activation_grad(code, y, one):
     """Derivative of the activation ``code`` at the input whose output is ``y``.
 
