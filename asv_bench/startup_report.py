@@ -3,9 +3,9 @@
 Every case runs in a fresh interpreter, the cases interleaved round after
 round, and the report gives the median wall time of each (process start to
 exit). "Cold" runs point numba at an empty cache folder, as the first
-session after installing does, so they include the JIT compilation of every
+program run after installing does, so they include the JIT compilation of every
 kernel the call needs; "warm" runs share one cache folder filled by a first
-run, as every later session does.
+run, as every later run does.
 
 Run it with the interpreter whose nblstm is to be timed::
 
@@ -107,8 +107,8 @@ def markdown(times, versions, rounds):
         f"Python {versions['python']}.",
         "",
         f"Wall time of a fresh interpreter running each line (process start to exit), median of {rounds} "
-        "interleaved rounds. **Warm**: numba's on-disk cache holds the compiled kernels (every session after "
-        "the first). **Cold**: an empty cache, so the kernels the call needs are compiled (the first session "
+        "interleaved rounds. **Warm**: numba's on-disk cache holds the compiled kernels (every run after "
+        "the first). **Cold**: an empty cache, so the kernels the call needs are compiled (the first run "
         "after installing; `nblstm.warmup()` moves this cost to a moment of the user's choosing). The first "
         "call is a tiny float32 problem, so the time is start-up, not compute.",
         "",

@@ -1,9 +1,9 @@
 """Cold-start benchmarks: a fresh interpreter that imports nblstm and makes its first calls.
 
 Each ``timeraw_`` function returns the code that asv times in a new process.
-``*_cached`` use numba's on-disk cache, as a user's second session does
+``*_cached`` use numba's on-disk cache, as a user's second run does
 (``setup`` fills it first); ``*_compile`` point numba at an empty cache
-folder, as a first session after installing does, and so time the JIT.
+folder, as the first run after installing does, and so time the JIT.
 """
 
 import subprocess
