@@ -11,9 +11,9 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
   the time loop, computed straight into the gate outputs, its rows split in
   blocks that do not depend on the thread count (so that the forward pass
   gives the same bits on any number of threads).
-- The hidden units are split into ``K`` chunks, a multiple of 4 of up to about 128 units (their
-  number independent of the thread count, for the same reason). Each
-  chunk's recurrent weights are packed transposed and contiguous
+- The hidden units are split into ``K`` chunks of up to about 128 units,
+  ``K`` a multiple of 4 and independent of the thread count (for the same
+  reason). Each chunk's recurrent weights are packed transposed and contiguous
   (``[4 * hk, H]``, gate blocks ``i | ci | f | o``), so that each step is one
   parallel region in which a thread runs the recurrent GEMMs of its chunks
   and then the gate maths of their units while they are in cache; the end
