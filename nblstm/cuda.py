@@ -70,6 +70,10 @@ else:
     _LINEAR_THREADS = 256
 _GEMM_BM = _GEMM_TY * _GEMM_RM
 _GEMM_BN = _GEMM_TX * _GEMM_RN
+#: CUDA's limit on gridDim.y (and z); gridDim.x may reach 2**31 - 1.
+_MAX_GRID_Y = 65535
+#: Most blocks of a one-dimensional launch: those kernels are grid-stride loops.
+_LINEAR_MAX_BLOCKS = 1024
 
 #: When to use the persistent (cooperative, one launch for all steps)
 #: kernels: ``"auto"`` (batch at most :data:`PERSISTENT_MAX_BATCH` and the
@@ -138,8 +142,7 @@ def _column_sums(m, out, zero):
     One thread per column, rows summed in order: deterministic, and the
     reads of a warp are coalesced along the row.
     """
-    n = cuda.grid(1)
-    if n < out.shape[0]:
+    for n in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
         s = zero
         for r in range(m.shape[0]):
             s += m[r, n]
@@ -165,9 +168,8 @@ def _peephole_grads(steps, cs_prev, cs_, dgates, bi, bf, bo, zero, wci_grad, wcf
     wci_grad, wcf_grad, wco_grad : [H] arrays
         Outputs: ``sum di * c_prev``, ``sum df * c_prev``, ``sum do * cs``.
     """
-    j = cuda.grid(1)
     batch, units = cs_prev.shape
-    if j < units:
+    for j in range(cuda.grid(1), units, cuda.gridsize(1)):
         si = zero
         sf = zero
         so = zero
@@ -233,69 +235,71 @@ def _kernels(dtype):
             Added when ``use_bias`` (any array otherwise).
         trans_a, trans_b, accumulate, use_bias : bool
 
-        Launch with ``(ceil(N / BN), ceil(M / BM))`` blocks of
-        ``(TX, TY)`` threads; each thread owns an ``RM x RN`` micro-tile,
-        strided by ``TY`` rows and ``TX`` columns so that neighbouring
-        threads read neighbouring shared-memory words.
+        Launch with ``(ceil(N / BN), min(ceil(M / BM), 65535))`` blocks of
+        ``(TX, TY)`` threads (blocks stride over the M tiles); each thread
+        owns an ``RM x RN`` micro-tile, strided by ``TY`` rows and ``TX``
+        columns so that neighbouring threads read neighbouring shared-memory
+        words.
         """
         m_total, n_total = c.shape
         k_total = a.shape[0] if trans_a else a.shape[1]
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         tid = ty * tx_ + tx
-        m0 = cuda.blockIdx.y * bm_
         n0 = cuda.blockIdx.x * bn_
         a_s = cuda.shared.array((bk_, bm_), dt)
         b_s = cuda.shared.array((bk_, bn_), dt)
         acc = cuda.local.array((rm_, rn_), dt)
         zero = dt(0.0)
-        for r in range(rm_):
-            for s in range(rn_):
-                acc[r, s] = zero
-        for k0 in range(0, k_total, bk_):
-            # Each load loop walks the stored array's contiguous axis with
-            # consecutive threads (coalesced global reads).
-            for e in range(tid, bm_ * bk_, nthreads_gemm):
-                if trans_a:
-                    kk = e // bm_
-                    mm = e % bm_
-                else:
-                    mm = e // bk_
-                    kk = e % bk_
-                if m0 + mm < m_total and k0 + kk < k_total:
-                    a_s[kk, mm] = a[k0 + kk, m0 + mm] if trans_a else a[m0 + mm, k0 + kk]
-                else:
-                    a_s[kk, mm] = zero
-            for e in range(tid, bk_ * bn_, nthreads_gemm):
-                if trans_b:
-                    nn = e // bk_
-                    kk = e % bk_
-                else:
-                    kk = e // bn_
-                    nn = e % bn_
-                if n0 + nn < n_total and k0 + kk < k_total:
-                    b_s[kk, nn] = b[n0 + nn, k0 + kk] if trans_b else b[k0 + kk, n0 + nn]
-                else:
-                    b_s[kk, nn] = zero
-            cuda.syncthreads()
-            for kk in range(bk_):
-                for r in range(rm_):
-                    av = a_s[kk, ty + r * ty_]
-                    for s in range(rn_):
-                        acc[r, s] += av * b_s[kk, tx + s * tx_]
-            cuda.syncthreads()
-        for r in range(rm_):
-            m = m0 + ty + r * ty_
-            if m < m_total:
+        # Blocks stride over the M tiles: gridDim.y is at most 65535 (M = S * B rows can need more tiles).
+        for m0 in range(cuda.blockIdx.y * bm_, m_total, cuda.gridDim.y * bm_):
+            for r in range(rm_):
                 for s in range(rn_):
-                    n = n0 + tx + s * tx_
-                    if n < n_total:
-                        value = acc[r, s]
-                        if use_bias:
-                            value += bias[n]
-                        if accumulate:
-                            value += c[m, n]
-                        c[m, n] = value
+                    acc[r, s] = zero
+            for k0 in range(0, k_total, bk_):
+                # Each load loop walks the stored array's contiguous axis with
+                # consecutive threads (coalesced global reads).
+                for e in range(tid, bm_ * bk_, nthreads_gemm):
+                    if trans_a:
+                        kk = e // bm_
+                        mm = e % bm_
+                    else:
+                        mm = e // bk_
+                        kk = e % bk_
+                    if m0 + mm < m_total and k0 + kk < k_total:
+                        a_s[kk, mm] = a[k0 + kk, m0 + mm] if trans_a else a[m0 + mm, k0 + kk]
+                    else:
+                        a_s[kk, mm] = zero
+                for e in range(tid, bk_ * bn_, nthreads_gemm):
+                    if trans_b:
+                        nn = e // bk_
+                        kk = e % bk_
+                    else:
+                        kk = e // bn_
+                        nn = e % bn_
+                    if n0 + nn < n_total and k0 + kk < k_total:
+                        b_s[kk, nn] = b[n0 + nn, k0 + kk] if trans_b else b[k0 + kk, n0 + nn]
+                    else:
+                        b_s[kk, nn] = zero
+                cuda.syncthreads()
+                for kk in range(bk_):
+                    for r in range(rm_):
+                        av = a_s[kk, ty + r * ty_]
+                        for s in range(rn_):
+                            acc[r, s] += av * b_s[kk, tx + s * tx_]
+                cuda.syncthreads()
+            for r in range(rm_):
+                m = m0 + ty + r * ty_
+                if m < m_total:
+                    for s in range(rn_):
+                        n = n0 + tx + s * tx_
+                        if n < n_total:
+                            value = acc[r, s]
+                            if use_bias:
+                                value += bias[n]
+                            if accumulate:
+                                value += c[m, n]
+                            c[m, n] = value
 
     @cuda.jit(device=True)
     def gate_dots(t, jt, bt, first, seq, w, bi, bc, bf, bo, zero):
@@ -945,7 +949,7 @@ class _Launcher:
 
     def _linear(self, kernel, n, *args):
         if n > 0:
-            blocks = min(_ceil_div(n, _LINEAR_THREADS), 1024)
+            blocks = min(_ceil_div(n, _LINEAR_THREADS), _LINEAR_MAX_BLOCKS)
             kernel[blocks, _LINEAR_THREADS, self.stream](*args)
 
     def empty(self, shape, dtype=None):
@@ -1051,7 +1055,7 @@ class _Launcher:
         m, n = c.shape
         if m == 0 or n == 0:
             return
-        grid = (_ceil_div(n, _GEMM_BN), _ceil_div(m, _GEMM_BM))
+        grid = (_ceil_div(n, _GEMM_BN), min(_ceil_div(m, _GEMM_BM), _MAX_GRID_Y))
         use_bias = bias is not None
         self.k.gemm[grid, (_GEMM_TX, _GEMM_TY), self.stream](
             a, b, c, bias if use_bias else c.reshape(m * n), bool(trans_a), bool(trans_b), bool(accumulate), use_bias)

@@ -125,6 +125,19 @@ def test_sequence_matches_cpu(case, no_host_copies):
     compare(cell, x, lengths, dtype, rng)
 
 
+def test_capped_grids_stride_over_their_work(monkeypatch, no_host_copies):
+    """The cell's GEMMs and 1-D kernels with their grids capped (as past gridDim.y's limit on a GPU)."""
+    from nblstm import cuda as ncuda
+
+    monkeypatch.setattr(ncuda, "_MAX_GRID_Y", 1)
+    monkeypatch.setattr(ncuda, "_LINEAR_MAX_BLOCKS", 1)
+    kwargs, dtype, (steps, batch, inputs), lengths = CASES["proj_peepholes_clips"]
+    rng = np.random.default_rng(7)
+    cell = nblstm.LSTMCell(dtype=dtype, seed=3, **kwargs)
+    x = rng.standard_normal((steps, batch, inputs)).astype(dtype)
+    compare(cell, x, np.array(lengths), dtype, rng)
+
+
 def test_clips_are_active_in_the_clip_case():
     """The clip bounds of the clip case clip some values (so the zero-gradient branches are compared)."""
     from nblstm import cpu_cell

@@ -132,6 +132,21 @@ def test_block_lstm_matches_cpu_and_reference(dtype, option_set, persistent, mon
             assert np.all(host(getattr(gpu_grads, name)) == 0)
 
 
+def test_capped_grids_stride_over_their_work(monkeypatch):
+    """GEMM blocks stride over M tiles past gridDim.y's limit, 1-D kernels over their elements past the block cap.
+
+    On a GPU that happens from ``S * B > 65535 * 64`` rows and ``4H > 1024 * 256``
+    columns; here the caps are lowered so tiny shapes reach them.
+    """
+    monkeypatch.setattr(ncuda, "_MAX_GRID_Y", 1)
+    monkeypatch.setattr(ncuda, "_LINEAR_MAX_BLOCKS", 1)
+    _, _, cpu_out, gpu_out, cpu_grads, gpu_grads = run_forward_backward(np.float32, OPTIONS["all"])
+    for name, c, gpu in zip(NAMES, cpu_out, gpu_out, strict=True):
+        assert_close(host(gpu), c, TOL_CPU[np.float32], name)
+    for name, c, gpu in zip(GRAD_NAMES, cpu_grads, gpu_grads, strict=True):
+        assert_close(host(gpu), c, TOL_CPU[np.float32], name)
+
+
 @pytest.mark.parametrize("seq_len_max, batch", [(0, B), (T, 0)])
 def test_empty_work(seq_len_max, batch):
     a = make_inputs(np.float32, batch=batch)
