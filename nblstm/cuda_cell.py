@@ -419,6 +419,10 @@ class DeviceWeights:
         for name, offset in zip(names, offsets, strict=True):
             host[offset:offset + weights[name].size] = weights[name].ravel()
         flat = cuda.to_device(host, stream=stream)
+        if stream:
+            # The cache serves every later call, on whatever stream: the
+            # upload must be complete before any of them reads it.
+            stream.synchronize()
         views = {name: flat[offset:offset + weights[name].size].reshape(weights[name].shape)
                  for name, offset in zip(names, offsets, strict=True)}
         self.kernel = views["kernel"]
