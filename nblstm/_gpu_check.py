@@ -166,6 +166,37 @@ def _foreign_kinds(cuda, out):
     return results
 
 
+def _cell_rows(cuda, dtype, rng, shape=(12, 37, 19, 70), num_proj=45):
+    """Rows ``(output, max abs, max rel)`` of :class:`nblstm.LSTMCell` on the GPU against the CPU.
+
+    Every option at once (peepholes, cell and projection clipping, a relu
+    cell activation, per-example lengths including 0 and T), through
+    ``vjp``: outputs, final state and every gradient. The shape spans several
+    blocks of every kernel.
+    """
+    import nblstm
+
+    steps, batch, inputs, units = shape
+    cell = nblstm.LSTMCell(units, use_peepholes=True, cell_clip=1.5, num_proj=num_proj, proj_clip=0.8,
+                           activation="relu", dtype=dtype, seed=1)
+    x = rng.standard_normal((steps, batch, inputs)).astype(dtype)
+    lengths = rng.integers(0, steps + 1, batch)
+    lengths[:2] = (0, steps)
+    state = cell.zero_state(batch, dtype)
+    state = nblstm.LSTMStateTuple(*(rng.standard_normal(a.shape).astype(dtype) for a in state))
+    (out, final), backward = cell.vjp(x, state, lengths)
+    d_out = rng.standard_normal(out.shape).astype(dtype)
+    d_x, d_state, d_w = backward(d_out)
+    g_state = nblstm.LSTMStateTuple(*(cuda.to_device(a) for a in state))
+    (g_out, g_final), g_backward = cell.vjp(cuda.to_device(x), g_state, cuda.to_device(lengths))
+    g_x, g_dstate, g_w = g_backward(cuda.to_device(d_out))
+    pairs = [("outputs", g_out, out), ("final.c", g_final.c, final.c), ("final.h", g_final.h, final.h),
+             ("d_inputs", g_x, d_x), ("d_state.c", g_dstate.c, d_state.c), ("d_state.h", g_dstate.h, d_state.h)]
+    rows = [(f"LSTMCell {name}", *_errors(g.copy_to_host(), c)) for name, g, c in pairs]
+    rows += [(f"LSTMCell d_{name}", *_errors(g_w[name], d_w[name])) for name in d_w]
+    return rows
+
+
 def run_check(out=sys.stdout):
     """Run every op on the GPU and on the CPU target; print the largest errors.
 
@@ -209,6 +240,13 @@ def run_check(out=sys.stdout):
                     loop = "persistent" if persistent else "per-step"
                     print(f"{np.dtype(dtype).name:8} {str(shape):18} {opts:32} {loop:10} {name:34} "
                           f"{err:9.2e} {rel:9.2e}  {'ok' if ok else 'FAIL'}", file=out)
+    for dtype in (np.float16, np.float32, np.float64):
+        tol = _REL_TOL[np.dtype(dtype)]
+        name, err, rel = max(_cell_rows(cuda, dtype, rng), key=lambda r: r[2])
+        ok = rel <= tol
+        failures += not ok
+        print(f"{np.dtype(dtype).name:8} {'LSTMCell, every option':51} {'per-step':10} {name:34} "
+              f"{err:9.2e} {rel:9.2e}  {'ok' if ok else 'FAIL'}", file=out)
     for label, ok, note in _foreign_kinds(cuda, out):
         failures += not ok
         print(f"{label:40} {note:30} {'ok' if ok else 'FAIL'}", file=out)

@@ -10,7 +10,7 @@
 # Steps, each under its own timeout (seconds, overridable; NBLSTM_TESTS picks the test paths):
 #   1. tests/cuda on the real GPU: every op and option against the CPU target
 #      and the float64 reference, dispatch rules, PTX compile checks;
-#   2. run_check: every op on the GPU against the CPU target on larger shapes,
+#   2. run_check: every op, and LSTMCell with every option, on the GPU against the CPU target on larger shapes,
 #      a table of the largest errors, PyTorch/CuPy round trips when installed;
 #   3. run_bench: forward and forward+backward times on DeepBench-like shapes
 #      (T=25, H in {512, 1024}, B in {1, 16, 64}) next to cuDNN when PyTorch is installed.

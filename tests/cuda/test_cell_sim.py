@@ -275,3 +275,14 @@ def test_mixed_arguments_raise_before_any_kernel():
         backward(np.ones((2, 2, 3), np.float32))
     with pytest.raises(ValueError, match="shape"):
         backward(dev(np.ones((2, 2, 4), np.float32)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_check_compares_the_cell_with_every_option(dtype):
+    """``python -m nblstm check --target cuda`` compares the cell too (here on a tiny shape)."""
+    from nblstm import _gpu_check
+
+    rows = _gpu_check._cell_rows(cuda, dtype, np.random.default_rng(0), shape=(3, 5, 2, 3), num_proj=2)
+    names = {name for name, _, _ in rows}
+    assert {"LSTMCell outputs", "LSTMCell d_inputs", "LSTMCell d_projection/kernel", "LSTMCell d_w_i_diag"} <= names
+    assert max(rel for _, _, rel in rows) <= _gpu_check._REL_TOL[np.dtype(dtype)]
