@@ -30,6 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "asv_bench"))
 
 from benchmarks.bench_startup import _FIRST_CALLS, _GRAD  # noqa: E402 - the same first calls as asv times
+from peer_compare import _machine  # noqa: E402
 
 _FORWARD = _FIRST_CALLS.format(grad="")  # import nblstm, then a tiny float32 forward
 _FORWARD_BACKWARD = _FIRST_CALLS.format(grad=_GRAD)
@@ -84,16 +85,6 @@ def _versions(python):
     code = "import sys, numba, numpy, nblstm; print(nblstm.__version__, numba.__version__, numpy.__version__)"
     out = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout.split()
     return {"nblstm": out[0], "numba": out[1], "numpy": out[2], "python": platform.python_version()}
-
-
-def _machine():
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
 def markdown(times, versions, rounds):

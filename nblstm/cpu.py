@@ -576,7 +576,7 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
     # [4, I, H]: the input weights of the gates i, ci, f, o.
     w_in = np.ascontiguousarray(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
-    w_rec = pack_recurrent(w[inputs:], bounds, batch)
+    w_rec = pack_recurrent(w[inputs:], bounds, batch)  # in a kernel section of its own (not reentrant)
     work = np.empty(2 * batch * 4 * units, dtype)
     c = np.ascontiguousarray
     with kernel_section():

@@ -275,6 +275,15 @@ def test_mixed_arguments_raise_before_any_kernel():
         backward(np.ones((2, 2, 3), np.float32))
     with pytest.raises(ValueError, match="shape"):
         backward(dev(np.ones((2, 2, 4), np.float32)))
+    with pytest.raises(TypeError, match="dtype"):
+        backward(dev(np.ones((2, 2, 3), np.float64)))
+    with pytest.raises(TypeError, match="dtype"):
+        cell.run(dev(np.ones((2, 2, 3), np.float64)))
+    bad_state = nblstm.LSTMStateTuple(dev(np.zeros((3, 3), np.float32)), dev(np.zeros((2, 3), np.float32)))
+    with pytest.raises(ValueError, match="shape"):
+        cell.run(d_x, bad_state)
+    with pytest.raises(ValueError, match="sequence_length"):
+        cell.run(d_x, sequence_length=dev(np.array([1, 2, 2])))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

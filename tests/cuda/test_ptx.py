@@ -59,16 +59,22 @@ def test_every_kernel_compiles_to_ptx(dtype, target_cc):
     if dtype != np.float16:
         assert {"gemm", "forward_step", "forward_persistent", "backward_step", "backward_persistent",
                 "column_sums", "peephole_grads", "fill"} <= names
+    for name, ptx in _compiled(sigs, dtype, target_cc):
+        if "persistent" in name:
+            assert "cudaCGGetIntrinsicHandle" in ptx or "grid" in ptx.lower(), f"{name}: no grid barrier"
+
+
+def _compiled(sigs, dtype, target_cc):
+    """``(name, ptx)`` of every kernel, each checked: the target, an entry point, and for float32 kernels no
+    float64 arithmetic (a stray float64 literal would promote it)."""
     major, minor = target_cc
     for name, func, sig in sigs:
         ptx, _ = cuda.compile_ptx(func, sig, cc=target_cc)
         assert f".target sm_{major}{minor}" in ptx, name
         assert ".entry" in ptx, name
         if dtype == np.float32:
-            # float32 kernels must not be promoted to float64 by a stray literal.
             assert ".f64" not in ptx, f"{name}: float64 arithmetic in a float32 kernel"
-        if "persistent" in name:
-            assert "cudaCGGetIntrinsicHandle" in ptx or "grid" in ptx.lower(), f"{name}: no grid barrier"
+        yield name, ptx
 
 
 @pytest.mark.parametrize("target_cc", CCS, indirect=True, ids=[f"sm_{a}{b}" for a, b in CCS])
@@ -78,14 +84,8 @@ def test_every_cell_kernel_compiles_to_ptx(dtype, target_cc):
     sigs = cuda_cell.kernel_signatures(dtype)
     assert {"forward_step", "project_step", "backward_m_step", "backward_units_step", "masked_outputs",
             "write_state"} == {name for name, _, _ in sigs}
-    major, minor = target_cc
-    for name, func, sig in sigs:
-        ptx, _ = cuda.compile_ptx(func, sig, cc=target_cc)
-        assert f".target sm_{major}{minor}" in ptx, name
-        assert ".entry" in ptx, name
-        if dtype == np.float32:
-            # Every activation's maths in float32: a stray float64 literal would show here.
-            assert ".f64" not in ptx, f"{name}: float64 arithmetic in a float32 kernel"
+    for _ in _compiled(sigs, dtype, target_cc):  # every activation's maths included
+        pass
 
 
 def test_no_gpu_is_a_clear_runtime_error():
