@@ -8,11 +8,10 @@ numba's own threads for the same cores (DESIGN.md measured 40-100x slowdowns).
 of a kernel and restores the caller's setting afterwards.
 """
 
-import contextlib
 import threading
 
 _lock = threading.Lock()
-_state = {"controllers": None, "depth": 0, "saved": None}
+_state = {"controllers": None, "controls": None, "depth": 0, "saved": None}
 
 
 def _scipy_blas_controllers():
@@ -32,8 +31,13 @@ def _scipy_blas_controllers():
     return _state["controllers"]
 
 
-def _set_num_threads(lib, count):
-    """Set ``lib``'s thread count from any Python thread.
+def _thread_controls():
+    """``[(get, set)]``: functions reading and setting each BLAS's thread count.
+
+    Every kernel call changes the count and changes it back, so the calls
+    are resolved once: for OpenBLAS (pthreads) the library's own
+    ``openblas_get/set_num_threads`` through ctypes, a fraction of a
+    microsecond each, where threadpoolctl's generic path costs several.
 
     threadpoolctl lets only the first Python thread that changed OpenBLAS's
     (process-wide) thread count change it again, and silently ignores the
@@ -42,10 +46,51 @@ def _set_num_threads(lib, count):
     changes itself (lock and reference count), so it calls the setter below
     that rule where threadpoolctl has one.
     """
-    getattr(lib, "_real_set_num_threads", lib.set_num_threads)(count)
+    if _state["controls"] is None:
+        controls = []
+        for lib in _scipy_blas_controllers():
+            getter = setter = None
+            if lib.internal_api == "openblas" and lib.threading_layer != "openmp":
+                getter = lib._get_symbol("openblas_get_num_threads")
+                setter = lib._get_symbol("openblas_set_num_threads")
+            if getter is None or setter is None:
+                getter = lib.get_num_threads
+                setter = getattr(lib, "_real_set_num_threads", lib.set_num_threads)
+            controls.append((getter, setter))
+        _state["controls"] = controls
+    return _state["controls"]
 
 
-@contextlib.contextmanager
+class _SingleThreadedBlas:
+    """The context manager :func:`single_threaded_blas` returns (a class, not
+    a generator: it is entered on every kernel call)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        with _lock:
+            if _state["depth"] == 0:
+                controls = _thread_controls()
+                _state["saved"] = [get() for get, _ in controls]
+                for (_, set_threads), saved in zip(controls, _state["saved"]):
+                    if saved != 1:
+                        set_threads(1)
+            _state["depth"] += 1
+        return self
+
+    def __exit__(self, *exc_info):
+        with _lock:
+            _state["depth"] -= 1
+            if _state["depth"] == 0:
+                for (_, set_threads), saved in zip(_state["controls"], _state["saved"]):
+                    if saved != 1:
+                        set_threads(saved)
+        return False
+
+
+_SINGLE_THREADED_BLAS = _SingleThreadedBlas()
+
+
 def single_threaded_blas():
     """Context manager: SciPy's BLAS runs on one thread inside it.
 
@@ -53,21 +98,7 @@ def single_threaded_blas():
     setting is changed by the first thread to enter and restored by the last
     one to leave.
     """
-    with _lock:
-        if _state["depth"] == 0:
-            libs = _scipy_blas_controllers()
-            _state["saved"] = [lib.num_threads for lib in libs]
-            for lib in libs:
-                _set_num_threads(lib, 1)
-        _state["depth"] += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _state["depth"] -= 1
-            if _state["depth"] == 0:
-                for lib, n in zip(_state["controllers"], _state["saved"]):
-                    _set_num_threads(lib, n)
+    return _SINGLE_THREADED_BLAS
 
 
 def blas_info():

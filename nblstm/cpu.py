@@ -31,14 +31,13 @@ The kernels run on float32 or float64 arrays; float16 is computed in float32.
 Outputs past ``seq_len_max`` are left as the zeros they were allocated with.
 """
 
-import contextlib
 import threading
 
 import numba
 import numpy as np
 from numba import njit, prange
 
-from . import _half
+from . import _half, _microkernel
 from ._blas import single_threaded_blas
 from .spec import GATE_BLOCKS, backward_unit, forward_unit
 
@@ -67,22 +66,38 @@ _MAX_ROW_BLOCKS = 2
 _JIT = {"cache": True, "error_model": "numpy"}
 
 
-_workqueue_lock = threading.Lock()
+_workqueue_lock = threading.RLock()  # kernel sections nest (a pack inside a forward)
 
 
-@contextlib.contextmanager
-def kernel_section():
+class kernel_section:  # noqa: N801 (used like a function: ``with kernel_section():``)
     """What every kernel call runs inside: SciPy's BLAS on one thread, and a
     lock when numba's threading layer is ``workqueue``, which is not safe for
     parallel regions entered from several Python threads at once (``omp`` and
     ``tbb`` are). Before the first parallel region the layer is not chosen
-    yet, so that call takes the lock too."""
-    try:
-        serial = numba.threading_layer() == "workqueue"
-    except ValueError:
-        serial = True
-    with single_threaded_blas(), (_workqueue_lock if serial else contextlib.nullcontext()):
-        yield
+    yet, so that call takes the lock too.
+
+    A class rather than a generator-based context manager: it is entered on
+    every kernel call, and this costs a third of the time.
+    """
+
+    __slots__ = ("_lock",)
+
+    def __enter__(self):
+        try:
+            serial = numba.threading_layer() == "workqueue"
+        except ValueError:
+            serial = True
+        single_threaded_blas().__enter__()
+        self._lock = _workqueue_lock if serial else None
+        if serial:
+            _workqueue_lock.acquire()
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._lock is not None:
+            self._lock.release()
+        single_threaded_blas().__exit__(*exc_info)
+        return False
 
 
 def _split(count, parts):
@@ -156,62 +171,95 @@ def step_chunks(batch_size, num_units):
     return _split(num_units, min(chunks, max(1, num_units // _MIN_UNITS_PER_CHUNK)))
 
 
-def pack_recurrent(w_rec, bounds, batch_size):
+def column_offsets(bounds, per_unit, batch_size, dtype):
+    """``[K + 1]`` int64: where each chunk's columns start in the packed weights and workspaces.
+
+    Chunk ``k`` has ``per_unit * hk`` columns (4 gates in forward, 1 unit in
+    backward), padded to a multiple of the micro-kernel's panel width when
+    ``batch_size > 1`` (:mod:`nblstm._microkernel`); with ``batch_size == 1``
+    the step is a matrix-vector product on unpadded columns.
+    """
+    widths = per_unit * np.diff(bounds)
+    if batch_size > 1:
+        widths = np.array([_microkernel.padded(int(n), dtype) for n in widths], np.int64)
+    return np.concatenate(([0], np.cumsum(widths))).astype(np.int64)
+
+
+def pack_recurrent(w_rec, bounds, col_off, batch_size):
     """The recurrent weights ``w_rec: [H, 4H]`` as one flat array, chunk by chunk.
 
-    Chunk ``k`` holds the columns of its units, gate block after gate block
-    in the caller's order, transposed (``[4 * hk, H]``) so that they are the
-    left operand of the step's GEMM, ``gates^T = w^T @ h^T``: the form
-    OpenBLAS runs fastest for these shapes (1.2-1.6x the rate of ``h @ w``
-    measured here). With ``batch_size == 1`` the step is a vector-matrix
-    product, faster as ``h @ w``, and chunk ``k`` is ``[H, 4 * hk]``.
+    Chunk ``k`` holds the ``4 * hk`` columns of its units, gate block after
+    gate block in the caller's order, at ``H * col_off[k]``
+    (:func:`column_offsets` with ``per_unit = 4``). With ``batch_size > 1``
+    they are packed in the micro-kernel's panels (``[H, P]`` blocks of ``P``
+    columns, zero-padded), the step's right operand; with ``batch_size == 1``
+    the chunk is a plain ``[H, 4 * hk]`` matrix for a matrix-vector product.
+    Callers run it inside :func:`kernel_section`.
     """
     units = w_rec.shape[0]
-    packed = np.empty(4 * units * units, w_rec.dtype)
+    packed = np.empty(units * int(col_off[-1]), w_rec.dtype)
     if batch_size == 1:
         w_g = w_rec.reshape(units, 4, units)
         for h0, h1 in zip(bounds[:-1], bounds[1:]):  # copied in place: no temporary
             packed[4 * units * h0:4 * units * h1].reshape(units, 4, h1 - h0)[...] = w_g[:, :, h0:h1]
         return packed
-    with kernel_section():
-        _pack_transposed(np.ascontiguousarray(w_rec), bounds, packed, w_rec.size >= _MIN_PARALLEL_PACK)
+    _pack_forward_panels(np.ascontiguousarray(w_rec), bounds, col_off, packed, w_rec.size >= _MIN_PARALLEL_PACK)
     return packed
 
 
 @njit(**_JIT)
-def _pack_gate_block(w_rec, bounds, packed, task):
-    """Block ``task = 4 k + g`` of :func:`pack_recurrent`: gate ``g``'s columns of chunk ``k``, transposed."""
+def _pack_forward_chunk(w_rec, bounds, col_off, packed, k):
+    """Chunk ``k`` of :func:`pack_recurrent` in panels: column ``j = g * hk + u`` is ``w_rec[:, g * H + h0 + u]``."""
     units = w_rec.shape[0]
-    k = task // 4
-    g = task % 4
-    h0, h1 = bounds[k], bounds[k + 1]
-    hk = h1 - h0
-    start = units * 4 * h0 + g * hk * units
-    dst = packed[start:start + hk * units].reshape((hk, units))
-    col0 = g * units + h0
-    # Tiles of 8 source rows: their cache lines stay in L1 while each
-    # destination row takes its 8 values. (16 rows 4H apart, a power of two
-    # for powers-of-two H, fall into the same L1 set and evict each other:
-    # measured 2x slower.)
-    for r0 in range(0, units, 8):
-        r1 = min(r0 + 8, units)
-        for j in range(hk):
-            d = dst[j]
-            for r in range(r0, r1):
-                d[r] = w_rec[r, col0 + j]
+    h0 = bounds[k]
+    hk = bounds[k + 1] - h0
+    columns = np.empty(4 * hk, np.int64)
+    for j in range(4 * hk):
+        columns[j] = (j // hk) * units + h0 + j % hk
+    width = _microkernel.panel_width_of(packed)
+    _microkernel.pack_panels(w_rec.reshape(-1), 0, 4 * units, columns, units, packed, units * col_off[k], width)
 
 
 @njit(parallel=True, **_JIT)
-def _pack_transposed(w_rec, bounds, packed, parallel):
-    """:func:`pack_recurrent` for ``B > 1``, one task per gate block of a chunk (NumPy's copy of the
-    transposed view ran at about 0.5 GB/s for H = 1024)."""
-    tasks = 4 * (bounds.shape[0] - 1)
+def _pack_forward_panels(w_rec, bounds, col_off, packed, parallel):
+    """:func:`pack_recurrent` for ``B > 1``, one task per chunk."""
+    chunks = bounds.shape[0] - 1
     if parallel:
-        for t in prange(tasks):
-            _pack_gate_block(w_rec, bounds, packed, np.int64(t))
+        for k in prange(chunks):
+            _pack_forward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
     else:
-        for t in range(tasks):
-            _pack_gate_block(w_rec, bounds, packed, np.int64(t))
+        for k in range(chunks):
+            _pack_forward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
+
+
+@njit(**_JIT)
+def _pack_backward_chunk(w_rec, bounds, col_off, packed, k):
+    """Chunk ``k`` of :func:`pack_recurrent_transposed`: column ``u`` is ``w_rec[h0 + u, :]``."""
+    gates = w_rec.shape[1]
+    h0 = bounds[k]
+    hk = bounds[k + 1] - h0
+    columns = np.empty(hk, np.int64)
+    for u in range(hk):
+        columns[u] = u * gates
+    width = _microkernel.panel_width_of(packed)
+    _microkernel.pack_panels(w_rec.reshape(-1), h0 * gates, 1, columns, gates, packed, gates * col_off[k], width)
+
+
+@njit(parallel=True, **_JIT)
+def pack_recurrent_transposed(w_rec, bounds, col_off, packed, parallel):
+    """``w_rec[h0:h1].T`` of every chunk into ``packed`` in the micro-kernel's panels.
+
+    The right operand of the backward step, ``dh = dgates @ w_rec^T``:
+    chunk ``k`` (``[4H, hk]``, zero-padded) at ``4H * col_off[k]``
+    (:func:`column_offsets` with ``per_unit = 1``).
+    """
+    chunks = bounds.shape[0] - 1
+    if parallel:
+        for k in prange(chunks):
+            _pack_backward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
+    else:
+        for k in range(chunks):
+            _pack_backward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
 
 
 @njit(**_JIT)
@@ -234,31 +282,30 @@ def _input_projection(x2d, w_in, pre, rows, task):
 
 
 @njit(**_JIT)
-def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, forget_bias, cell_clip,
-                   use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
-    """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths.
+def _forward_chunk(t, k, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, forget_bias,
+                   cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
+    """Step ``t`` of the units of chunk ``k``: recurrent GEMM, then the gate maths.
 
     On entry ``i_, ci_, f_, o_`` hold the step's input projections; the gate
     maths reads them and writes the gates over them.
     """
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
+    h0 = bounds[k]
+    h1 = bounds[k + 1]
     hk = h1 - h0
-    gk = work[batch * 4 * h0:batch * 4 * h1].reshape((batch, 4 * hk))
-    h_src = h_prev if t == 0 else h_[t - 1]
+    c0 = col_off[k]
+    width = col_off[k + 1] - c0
+    gk = work[batch * c0:batch * (c0 + width)].reshape((batch, width))
     if batch == 1:  # a vector-matrix product (see pack_recurrent)
-        np.dot(h_src[0], w_rec[units * 4 * h0:units * 4 * h1].reshape((units, 4 * hk)), gk[0])
+        h_src = h_prev if t == 0 else h_[t - 1]
+        np.dot(h_src[0], w_rec[units * c0:units * (c0 + width)].reshape((units, width)), gk[0])
+    elif t == 0:
+        _microkernel.gemm_panels(h_prev.reshape(-1), 0, units, batch, w_rec, units * c0, units,
+                                 width // _microkernel.panel_width_of(w_rec), work, batch * c0, width)
     else:
-        wk = w_rec[units * 4 * h0:units * 4 * h1].reshape((4 * hk, units))
-        # gk^T = wk @ h^T, then transposed into gk in tiles of 16 rows, whose
-        # cache lines stay in L1 while the batch loop reads them.
-        gk_t = work[batch * 4 * (units + h0):batch * 4 * (units + h1)].reshape((4 * hk, batch))
-        np.dot(wk, h_src.T, gk_t)
-        for r0 in range(0, 4 * hk, 16):
-            r1 = min(r0 + 16, 4 * hk)
-            for b in range(batch):
-                for r in range(r0, r1):
-                    gk[b, r] = gk_t[r, b]
+        _microkernel.gemm_panels(h_.reshape(-1), (t - 1) * batch * units, units, batch, w_rec, units * c0, units,
+                                 width // _microkernel.panel_width_of(w_rec), work, batch * c0, width)
     # Gate g of the chunk's units: columns blocks[g] * hk .. of the chunk's
     # GEMM result, and blocks[g] * H + h0 .. of the bias. Every array is
     # sliced to the chunk, so that the unit loop indexes from 0 (no
@@ -292,8 +339,8 @@ def _forward_chunk(t, h0, h1, bias, cs_prev, h_prev, w_rec, blocks, work, wci, w
 
 
 @njit(parallel=True, **_JIT)
-def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, parallel_projection, blocks, wci, wcf, wco,
-                   forget_bias, cell_clip, use_peephole, work, i_, cs_, f_, o_, ci_, co_, h_):
+def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows, parallel_projection, blocks, wci,
+                   wcf, wco, forget_bias, cell_clip, use_peephole, work, i_, cs_, f_, o_, ci_, co_, h_):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
     Parameters
@@ -309,6 +356,9 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, parall
         Packed recurrent weights (:func:`pack_recurrent` with ``B``).
     bounds : [K + 1] int64 array
         Hidden-unit chunks (:func:`step_chunks`).
+    col_off : [K + 1] int64 array
+        Where each chunk's columns start in ``w_rec`` and ``work``
+        (:func:`column_offsets` with ``per_unit = 4``).
     rows : [R + 1] int64 array
     parallel_projection : bool
         Row blocks of the input projection and whether its ``4 * R`` GEMMs
@@ -318,8 +368,8 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, parall
     wci, wcf, wco : [H] arrays
     forget_bias, cell_clip : float
     use_peephole : bool
-    work : [2 * B * 4H] array
-        Workspace of the recurrent GEMMs and their transposes.
+    work : [B * col_off[K]] array
+        Workspace of the recurrent GEMMs.
     i_, cs_, f_, o_, ci_, co_, h_ : [T, B, H] C-contiguous arrays, T >= S
         Outputs, written for the first ``S`` steps. The input projections
         are computed into ``i_, ci_, f_, o_`` first: no ``[T, B, 4H]``
@@ -345,33 +395,33 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, rows, parall
     num_chunks = bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
-            _forward_chunk(t, bounds[0], bounds[1], bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
-                           use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+            _forward_chunk(t, num_chunks - 1, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf,
+                           wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         else:
             for k in prange(num_chunks):
-                _forward_chunk(t, bounds[k], bounds[k + 1], bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf,
+                _forward_chunk(t, np.int64(k), bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf,
                                wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
 
 
 @njit(**_JIT)
-def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, blocks, dgates, dc,
-                    work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
-    """Step ``t`` (backwards) of the units ``h0..h1-1``."""
+def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, w_rec_t, blocks,
+                    dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
+    """Step ``t`` (backwards) of the units of chunk ``k``."""
     batch, units = cs_prev.shape
+    h0 = bounds[k]
+    h1 = bounds[k + 1]
     hk = h1 - h0
-    dhk = work[batch * h0:batch * h1].reshape((batch, hk))
-    if t + 1 < dgates.shape[0]:
-        # dh^T = w_rec[h0:h1] @ dgates[t + 1]^T: with the weights as the tall
-        # left operand OpenBLAS runs this product 1.3-1.5x faster than
-        # dgates @ w_rec[h0:h1]^T, and w_rec's rows need no packing. The
-        # [hk, B] result is transposed into dhk on the way.
-        dh_t = work[batch * (units + h0):batch * (units + h1)].reshape((hk, batch))
-        np.dot(w_rec[h0:h1], dgates[t + 1].T, dh_t)
-        for b in range(batch):
-            for j in range(hk):
-                dhk[b, j] = dh_t[j, b]
-    else:
+    c0 = col_off[k]
+    width = col_off[k + 1] - c0
+    dhk = work[batch * c0:batch * (c0 + width)].reshape((batch, width))
+    gates = 4 * units
+    if t + 1 >= dgates.shape[0]:
         dhk[:] = 0
+    elif batch == 1:  # a matrix-vector product
+        np.dot(w_rec[h0:h1], dgates[t + 1, 0], dhk[0, :hk])
+    else:  # dh = dgates[t + 1] @ w_rec[h0:h1]^T, on the packed transposes
+        _microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * gates, gates, batch, w_rec_t, gates * c0, gates,
+                                 width // _microkernel.panel_width_of(w_rec_t), work, batch * c0, width)
     # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
     pi, pf, po = wci[h0:h1], wcf[h0:h1], wco[h0:h1]
     gi_, gf_, go_ = wci_grad[h0:h1], wcf_grad[h0:h1], wco_grad[h0:h1]
@@ -407,8 +457,8 @@ def _backward_chunk(t, h0, h1, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_gr
 
 
 @njit(parallel=True, **_JIT)
-def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, bounds, blocks, wci, wcf, wco,
-                    use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
+def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, w_rec_t, bounds, col_off, blocks, wci,
+                    wcf, wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
     """The time loop of the backward pass, steps ``S - 1 .. 0``.
 
     Parameters
@@ -419,13 +469,19 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
     cs_grad, h_grad : [T, B, H] C-contiguous arrays
         Incoming gradients; steps ``>= S`` are not read.
     w_rec : [H, 4H] C-contiguous array
-        Recurrent weights (the last ``H`` rows of ``w``), caller's layout.
+        Recurrent weights (the last ``H`` rows of ``w``), caller's layout;
+        read when ``B == 1``.
+    w_rec_t : [4H * col_off[K]] array
+        The chunks' ``w_rec[h0:h1].T`` packed in panels
+        (:func:`pack_recurrent_transposed`); read when ``B > 1``.
     bounds : [K + 1] int64 array
+    col_off : [K + 1] int64 array
+        :func:`column_offsets` with ``per_unit = 1``.
     blocks : [4] int64 array
     wci, wcf, wco : [H] arrays
     use_peephole : bool
-    work : [2 * B * H] array
-        Workspace of ``dgates @ w_h^T`` and its transpose.
+    work : [B * col_off[K]] array
+        Workspace of ``dgates @ w_h^T``.
     dgates : [S, B, 4H] array
         Output: gradients of the gate pre-activations, caller's layout.
     dc : [B, H] array, zero on entry
@@ -437,12 +493,13 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
     num_chunks = bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
         if num_chunks == 1:
-            _backward_chunk(t, bounds[0], bounds[1], cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, blocks,
-                            dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad)
+            _backward_chunk(t, num_chunks - 1, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
+                            w_rec, w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                            wcf_grad, wco_grad)
         else:
             for k in prange(num_chunks):
-                _backward_chunk(t, bounds[k], bounds[k + 1], cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                                w_rec, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                _backward_chunk(t, np.int64(k), bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
+                                w_rec, w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
                                 wcf_grad, wco_grad)
 
 
@@ -576,13 +633,14 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
     # [4, I, H]: the input weights of the gates i, ci, f, o.
     w_in = np.ascontiguousarray(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
-    w_rec = pack_recurrent(w[inputs:], bounds, batch)  # in a kernel section of its own (not reentrant)
-    work = np.empty(2 * batch * 4 * units, dtype)
+    col_off = column_offsets(bounds, 4, batch, dtype)
+    work = np.empty(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
     with kernel_section():
-        forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, *row_blocks(rows, inputs * 4 * units),
-                       gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
-                       bool(use_peephole), work, *outs)
+        w_rec = pack_recurrent(w[inputs:], bounds, col_off, batch)
+        forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off,
+                       *row_blocks(rows, inputs * 4 * units), gate_blocks(layout), c(wci), c(wcf), c(wco),
+                       float(forget_bias), float(cell_clip), bool(use_peephole), work, *outs)
     return outs
 
 
@@ -616,12 +674,17 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     dc = np.zeros((batch, units), dtype)
     peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
     bounds = chunk_bounds(batch, units)
+    col_off = column_offsets(bounds, 1, batch, dtype)
     dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
-    work = np.empty(2 * batch * units, dtype)
+    work = np.empty(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
+    w_rec = c(w_rec)
+    w_rec_t = np.empty(4 * units * int(col_off[-1]) if batch > 1 else 0, dtype)
+    if batch > 1 and seq_len_max > 1:
+        pack_recurrent_transposed(w_rec, bounds, col_off, w_rec_t, w_rec.size >= _MIN_PARALLEL_PACK)
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
-    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), c(w_rec), bounds, gate_blocks(layout),
-                    c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
+    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec, w_rec_t, bounds, col_off,
+                    gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
     return (dgates, dc, *peephole_grads)
 
 
