@@ -46,8 +46,7 @@ _LANES32, TILE_ROWS, _VECTORS = _tile_shape()
 
 def panel_width(dtype):
     """Columns ``P`` of a packed panel for ``dtype`` (float32 or float64)."""
-    lanes = _LANES32 if np.dtype(dtype) == np.float32 else _LANES32 // 2
-    return lanes * _VECTORS
+    return _LANES32 * _VECTORS if np.dtype(dtype).itemsize == 4 else (_LANES32 // 2) * _VECTORS
 
 
 def padded(count, dtype):
@@ -56,65 +55,77 @@ def padded(count, dtype):
     return -(-count // p) * p
 
 
-@intrinsic
-def _tile(typingctx, c, c_off, ldc, a, a_off, lda, bp, bp_off, k, rows):
-    """``C[r, 0:P] = sum_k A[r, k] * Bp[k, 0:P]`` for ``r < rows <= R`` (flat arrays and offsets).
+def make_tile(lanes32, tile_rows, vectors):
+    """A micro-kernel intrinsic for ``R = tile_rows`` rows and ``P = vectors * lanes`` columns.
 
-    Rows of ``A`` beyond ``rows`` are not read (the last row is read again
-    in their place) and their results are not stored.
+    ``tile(c, c_off, ldc, a, a_off, lda, bp, bp_off, k, rows)`` computes
+    ``C[r, 0:P] = sum_k A[r, k] * Bp[k, 0:P]`` for ``r < rows <= R`` on flat
+    arrays (element offsets and row strides): rows of ``A`` beyond ``rows``
+    are not read (the last row is read again in their place) and their
+    results are not stored. ``lanes`` is ``lanes32`` for float32 and half
+    that for float64.
     """
-    if not (isinstance(c, types.Array) and c.dtype in (types.float32, types.float64) and a.dtype == c.dtype
-            and bp.dtype == c.dtype):
-        return None
-    intp = types.intp
-    sig = types.void(c, intp, intp, a, intp, intp, bp, intp, intp, intp)
-    is32 = c.dtype == types.float32
-    lanes = _LANES32 if is32 else _LANES32 // 2
 
-    def codegen(context, builder, signature, args):
-        c_v, c_off_v, ldc_v, a_v, a_off_v, lda_v, bp_v, bp_off_v, k_v, rows_v = args
-        ft = ir.FloatType() if is32 else ir.DoubleType()
-        vt = ir.VectorType(ft, lanes)
-        it = ldc_v.type
-        cptr = builder.gep(context.make_array(signature.args[0])(context, builder, c_v).data, [c_off_v])
-        aptr = builder.gep(context.make_array(signature.args[3])(context, builder, a_v).data, [a_off_v])
-        bptr = builder.gep(context.make_array(signature.args[6])(context, builder, bp_v).data, [bp_off_v])
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]),
-                                             f"llvm.fma.v{lanes}{'f32' if is32 else 'f64'}")
-        zero = ir.Constant(vt, [ir.Constant(ft, 0.0)] * lanes)
-        accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(_VECTORS)] for _ in range(TILE_ROWS)]
-        last = builder.sub(rows_v, ir.Constant(it, 1))
-        arows = []
-        for r in range(TILE_ROWS):
-            r_const = ir.Constant(it, r)
-            r_eff = builder.select(builder.icmp_signed("<", r_const, rows_v), r_const, last)
-            arows.append(builder.gep(aptr, [builder.mul(r_eff, lda_v)]))
-        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        width = ir.Constant(it, lanes * _VECTORS)
-        with cgutils.for_range(builder, k_v) as loop:
-            p = loop.index
-            row = builder.gep(bptr, [builder.mul(p, width)])
-            bvecs = []
-            for v in range(_VECTORS):
-                load = builder.load(builder.bitcast(builder.gep(row, [ir.Constant(it, v * lanes)]), vt.as_pointer()))
-                load.align = 4 if is32 else 8
-                bvecs.append(load)
-            for r in range(TILE_ROWS):
-                s = builder.load(builder.gep(arows[r], [p]))
-                sv = builder.insert_element(ir.Constant(vt, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
-                sv = builder.shuffle_vector(sv, ir.Constant(vt, ir.Undefined), splat_mask)
-                for v in range(_VECTORS):
-                    builder.store(builder.call(fma, [sv, bvecs[v], builder.load(accs[r][v])]), accs[r][v])
-        for r in range(TILE_ROWS):
-            with builder.if_then(builder.icmp_signed("<", ir.Constant(it, r), rows_v)):
-                crow = builder.gep(cptr, [builder.mul(ir.Constant(it, r), ldc_v)])
-                for v in range(_VECTORS):
-                    dst = builder.bitcast(builder.gep(crow, [ir.Constant(it, v * lanes)]), vt.as_pointer())
-                    store = builder.store(builder.load(accs[r][v]), dst)
-                    store.align = 4 if is32 else 8
-        return context.get_dummy_value()
+    @intrinsic
+    def tile(typingctx, c, c_off, ldc, a, a_off, lda, bp, bp_off, k, rows):
+        if not (isinstance(c, types.Array) and c.dtype in (types.float32, types.float64) and a.dtype == c.dtype
+                and bp.dtype == c.dtype):
+            return None
+        intp = types.intp
+        sig = types.void(c, intp, intp, a, intp, intp, bp, intp, intp, intp)
+        is32 = c.dtype == types.float32
+        lanes = lanes32 if is32 else lanes32 // 2
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            c_v, c_off_v, ldc_v, a_v, a_off_v, lda_v, bp_v, bp_off_v, k_v, rows_v = args
+            ft = ir.FloatType() if is32 else ir.DoubleType()
+            vt = ir.VectorType(ft, lanes)
+            it = ldc_v.type
+            cptr = builder.gep(context.make_array(signature.args[0])(context, builder, c_v).data, [c_off_v])
+            aptr = builder.gep(context.make_array(signature.args[3])(context, builder, a_v).data, [a_off_v])
+            bptr = builder.gep(context.make_array(signature.args[6])(context, builder, bp_v).data, [bp_off_v])
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]),
+                                                 f"llvm.fma.v{lanes}{'f32' if is32 else 'f64'}")
+            zero = ir.Constant(vt, [ir.Constant(ft, 0.0)] * lanes)
+            accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(tile_rows)]
+            last = builder.sub(rows_v, ir.Constant(it, 1))
+            arows = []
+            for r in range(tile_rows):
+                r_const = ir.Constant(it, r)
+                r_eff = builder.select(builder.icmp_signed("<", r_const, rows_v), r_const, last)
+                arows.append(builder.gep(aptr, [builder.mul(r_eff, lda_v)]))
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+            width = ir.Constant(it, lanes * vectors)
+            with cgutils.for_range(builder, k_v) as loop:
+                p = loop.index
+                row = builder.gep(bptr, [builder.mul(p, width)])
+                bvecs = []
+                for v in range(vectors):
+                    src = builder.bitcast(builder.gep(row, [ir.Constant(it, v * lanes)]), vt.as_pointer())
+                    load = builder.load(src)
+                    load.align = 4 if is32 else 8
+                    bvecs.append(load)
+                for r in range(tile_rows):
+                    s = builder.load(builder.gep(arows[r], [p]))
+                    sv = builder.insert_element(ir.Constant(vt, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
+                    sv = builder.shuffle_vector(sv, ir.Constant(vt, ir.Undefined), splat_mask)
+                    for v in range(vectors):
+                        builder.store(builder.call(fma, [sv, bvecs[v], builder.load(accs[r][v])]), accs[r][v])
+            for r in range(tile_rows):
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(it, r), rows_v)):
+                    crow = builder.gep(cptr, [builder.mul(ir.Constant(it, r), ldc_v)])
+                    for v in range(vectors):
+                        dst = builder.bitcast(builder.gep(crow, [ir.Constant(it, v * lanes)]), vt.as_pointer())
+                        store = builder.store(builder.load(accs[r][v]), dst)
+                        store.align = 4 if is32 else 8
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_tile = make_tile(_LANES32, TILE_ROWS, _VECTORS)
 
 
 @njit(**_JIT)

@@ -11,6 +11,7 @@ The functions here use the TensorFlow op names for arrays (``cs``, ``h``,
 :mod:`nblstm.raw_ops` wraps them with TensorFlow's exact signatures.
 """
 
+import functools
 import importlib
 from collections import namedtuple
 
@@ -64,7 +65,7 @@ _PEEPHOLES = ("wci", "wcf", "wco")
 def _target(kind):
     """The module that runs the kernels for arrays of ``kind`` ("host" or "device")."""
     if kind == "host":
-        return importlib.import_module(".cpu", __package__)
+        return _cpu_module()
     try:
         return importlib.import_module(".cuda", __package__)
     except ImportError as err:  # numba-cuda missing or broken: say what to install
@@ -72,6 +73,12 @@ def _target(kind):
             f"GPU arrays were given, but the CUDA target cannot be loaded ({err}); install nblstm[cuda] "
             "(numba-cuda) or pass NumPy arrays to run on the CPU"
         ) from err
+
+
+@functools.cache
+def _cpu_module():
+    """:mod:`nblstm.cpu`, imported on first use (it imports numba)."""
+    return importlib.import_module(".cpu", __package__)
 
 
 def _check_stream(kind, stream):

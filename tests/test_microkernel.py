@@ -1,0 +1,91 @@
+"""The register-tiled micro-kernel of the recurrent step (``nblstm._microkernel``), against NumPy in float64.
+
+The fused ops' tests cover it through the kernels; these check the GEMM
+itself on every kind of edge: row tails (``rows`` not a multiple of the
+tile), zero-padded column tails, offsets into larger arrays, ``K = 1``, and
+that nothing outside the result block is written. The tile shape of other
+CPUs (AVX2: 4 x 3 vectors) is built and checked here too, whatever this
+machine has.
+"""
+
+import numpy as np
+import pytest
+from numba import njit
+
+from nblstm import _microkernel as mk
+
+SHAPES = [(1, 1, 1), (2, 3, 5), (3, 17, 40), (8, 16, 32), (9, 33, 33), (13, 7, 94), (32, 64, 100)]
+
+
+def _pack(b, width, offset):
+    """``b: [K, N]`` packed in panels of ``width`` columns from ``offset`` of a NaN-filled array."""
+    k, n = b.shape
+    panels = -(-n // width)
+    dst = np.full(offset + panels * k * width + 3, np.nan, b.dtype)
+    mk.pack_panels(b.reshape(-1), 0, n, np.arange(n, dtype=np.int64), k, dst, offset, width)
+    return dst, panels
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_gemm_panels_matches_numpy(shape, dtype):
+    rows, k, n = shape
+    rng = np.random.default_rng(rows * 1000 + k)
+    width = mk.panel_width(dtype)
+    a = rng.standard_normal((rows + 2, k + 3)).astype(dtype)  # a block inside a larger array
+    b = rng.standard_normal((k, n)).astype(dtype)
+    bp, panels = _pack(b, width, offset=5)
+    assert np.isnan(bp[:5]).all() and np.isnan(bp[-3:]).all(), "packing wrote outside its panels"
+    ldc = panels * width + 4
+    c = np.full((rows + 1, ldc), np.nan, dtype)
+    mk.gemm_panels(a.reshape(-1), a.shape[1] + 1, a.shape[1], rows, bp, 5, k, panels, c.reshape(-1), ldc, ldc)
+    expected = a[1:rows + 1, 1:k + 1].astype(np.float64) @ b.astype(np.float64)
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(c[1:, :n], expected, rtol=tol, atol=tol * np.sqrt(k))
+    assert (c[1:, n:panels * width] == 0).all(), "padded columns must come out zero"
+    assert np.isnan(c[0]).all() and np.isnan(c[1:, panels * width:]).all(), "wrote outside the result block"
+
+
+def test_results_do_not_depend_on_the_row_tiling():
+    """Each element is one accumulator over k in order: a row gives the same bits alone or in a tile."""
+    rng = np.random.default_rng(7)
+    width = mk.panel_width(np.float32)
+    a = rng.standard_normal((11, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 2 * width)).astype(np.float32)
+    bp, panels = _pack(b, width, offset=0)
+    together = np.empty((11, panels * width), np.float32)
+    mk.gemm_panels(a.reshape(-1), 0, 300, 11, bp, 0, 300, panels, together.reshape(-1), 0, panels * width)
+    for r in range(11):
+        alone = np.empty(panels * width, np.float32)
+        mk.gemm_panels(a[r], 0, 300, 1, bp, 0, 300, panels, alone, 0, panels * width)
+        np.testing.assert_array_equal(alone, together[r])
+
+
+@pytest.mark.parametrize("tile", [(8, 4, 3), (16, 8, 2), (4, 3, 1)], ids=str)
+def test_other_tile_shapes(tile):
+    lanes32, tile_rows, vectors = tile
+    kernel = mk.make_tile(lanes32, tile_rows, vectors)
+
+    @njit
+    def gemm(a, lda, rows, bp, k, panels, width, c, ldc):
+        for q in range(panels):
+            for r0 in range(0, rows, tile_rows):
+                kernel(c, r0 * ldc + q * width, ldc, a, r0 * lda, lda, bp, q * k * width, k, min(tile_rows, rows - r0))
+
+    for dtype in (np.float32, np.float64):
+        width = vectors * (lanes32 if dtype == np.float32 else lanes32 // 2)
+        rng = np.random.default_rng(tile_rows)
+        rows, k, n = 2 * tile_rows + 1, 21, 2 * width + 1
+        a = rng.standard_normal((rows, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        bp, panels = _pack(b, width, offset=0)
+        c = np.full((rows, panels * width), np.nan, dtype)
+        gemm(a.reshape(-1), k, rows, bp, k, panels, width, c.reshape(-1), panels * width)
+        tol = 1e-5 if dtype == np.float32 else 1e-13
+        np.testing.assert_allclose(c[:, :n], a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_padded_rounds_up_to_the_panel_width():
+    for dtype in (np.float32, np.float64):
+        p = mk.panel_width(dtype)
+        assert [mk.padded(n, dtype) for n in (1, p, p + 1)] == [p, p, 2 * p]
