@@ -209,7 +209,7 @@ def pack_recurrent(w_rec, bounds, col_off, batch_size):
         for h0, h1 in zip(bounds[:-1], bounds[1:]):  # copied in place: no temporary
             packed[4 * units * h0:4 * units * h1].reshape(units, 4, h1 - h0)[...] = w_g[:, :, h0:h1]
         return packed
-    _pack_forward_panels(np.ascontiguousarray(w_rec), bounds, col_off, packed, w_rec.size >= _MIN_PARALLEL_PACK)
+    pack_chunks(np.ascontiguousarray(w_rec), bounds, col_off, packed, False, w_rec.size >= _MIN_PARALLEL_PACK)
     return packed
 
 
@@ -226,21 +226,9 @@ def _pack_forward_chunk(w_rec, bounds, col_off, packed, k):
     _microkernel.pack_panels(w_rec.reshape(-1), 0, 4 * units, columns, units, packed, units * col_off[k], width)
 
 
-@njit(parallel=True, **_JIT)
-def _pack_forward_panels(w_rec, bounds, col_off, packed, parallel):
-    """:func:`pack_recurrent` for ``B > 1``, one task per chunk."""
-    chunks = bounds.shape[0] - 1
-    if parallel:
-        for k in prange(chunks):
-            _pack_forward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
-    else:
-        for k in range(chunks):
-            _pack_forward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
-
-
 @njit(**_JIT)
 def _pack_backward_chunk(w_rec, bounds, col_off, packed, k):
-    """Chunk ``k`` of :func:`pack_recurrent_transposed`: column ``u`` is ``w_rec[h0 + u, :]``."""
+    """Chunk ``k`` of :func:`pack_chunks` transposed: column ``u`` is ``w_rec[h0 + u, :]``."""
     gates = w_rec.shape[1]
     h0 = bounds[k]
     hk = bounds[k + 1] - h0
@@ -251,21 +239,31 @@ def _pack_backward_chunk(w_rec, bounds, col_off, packed, k):
     _microkernel.pack_panels(w_rec.reshape(-1), h0 * gates, 1, columns, gates, packed, gates * col_off[k], width)
 
 
-@njit(parallel=True, **_JIT)
-def pack_recurrent_transposed(w_rec, bounds, col_off, packed, parallel):
-    """``w_rec[h0:h1].T`` of every chunk into ``packed`` in the micro-kernel's panels.
+@njit(**_JIT)
+def _pack_chunk(w_rec, bounds, col_off, packed, k, transposed):
+    if transposed:
+        _pack_backward_chunk(w_rec, bounds, col_off, packed, k)
+    else:
+        _pack_forward_chunk(w_rec, bounds, col_off, packed, k)
 
-    The right operand of the backward step, ``dh = dgates @ w_rec^T``:
-    chunk ``k`` (``[4H, hk]``, zero-padded) at ``4H * col_off[k]``
-    (:func:`column_offsets` with ``per_unit = 1``).
+
+@njit(parallel=True, **_JIT)
+def pack_chunks(w_rec, bounds, col_off, packed, transposed, parallel):
+    """Pack every chunk's recurrent weights in the micro-kernel's panels, one task per chunk.
+
+    ``transposed=False``: the forward's operand, chunk ``k``'s ``4 * hk``
+    columns at ``H * col_off[k]`` (:func:`pack_recurrent`).
+    ``transposed=True``: the backward's, ``w_rec[h0:h1].T`` (``[4H, hk]``) at
+    ``4H * col_off[k]`` (:func:`column_offsets` with ``per_unit = 1``), for
+    ``dh = dgates @ w_rec^T``.
     """
     chunks = bounds.shape[0] - 1
     if parallel:
         for k in prange(chunks):
-            _pack_backward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
+            _pack_chunk(w_rec, bounds, col_off, packed, np.int64(k), transposed)
     else:
         for k in range(chunks):
-            _pack_backward_chunk(w_rec, bounds, col_off, packed, np.int64(k))
+            _pack_chunk(w_rec, bounds, col_off, packed, np.int64(k), transposed)
 
 
 @njit(**_JIT)
@@ -479,7 +477,7 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
         read when ``B == 1``.
     w_rec_t : [4H * col_off[K]] array
         The chunks' ``w_rec[h0:h1].T`` packed in panels
-        (:func:`pack_recurrent_transposed`); read when ``B > 1``.
+        (:func:`pack_chunks`); read when ``B > 1``.
     bounds : [K + 1] int64 array
     col_off : [K + 1] int64 array
         :func:`column_offsets` with ``per_unit = 1``.
@@ -687,7 +685,7 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     w_rec = c(w_rec)
     w_rec_t = np.empty(4 * units * int(col_off[-1]) if batch > 1 else 0, dtype)
     if batch > 1 and seq_len_max > 1:
-        pack_recurrent_transposed(w_rec, bounds, col_off, w_rec_t, w_rec.size >= _MIN_PARALLEL_PACK)
+        pack_chunks(w_rec, bounds, col_off, w_rec_t, True, w_rec.size >= _MIN_PARALLEL_PACK)
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
     backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec, w_rec_t, bounds, col_off,
                     gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
