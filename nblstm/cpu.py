@@ -301,14 +301,11 @@ def _forward_chunk(t, k, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, 
     c0 = col_off[k]
     width = col_off[k + 1] - c0
     gk = work[batch * c0:batch * (c0 + width)].reshape((batch, width))
+    h_src = h_prev if t == 0 else h_[t - 1]
     if batch == 1:  # a vector-matrix product (see pack_recurrent)
-        h_src = h_prev if t == 0 else h_[t - 1]
         np.dot(h_src[0], w_rec[units * c0:units * (c0 + width)].reshape((units, width)), gk[0])
-    elif t == 0:
-        _microkernel.gemm_panels(h_prev.reshape(-1), 0, units, batch, w_rec, units * c0, units,
-                                 width // _microkernel.panel_width_of(w_rec), work, batch * c0, width)
     else:
-        _microkernel.gemm_panels(h_.reshape(-1), (t - 1) * batch * units, units, batch, w_rec, units * c0, units,
+        _microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units,
                                  width // _microkernel.panel_width_of(w_rec), work, batch * c0, width)
     # Gate g of the chunk's units: columns blocks[g] * hk .. of the chunk's
     # GEMM result, and blocks[g] * H + h0 .. of the bias. Every array is
@@ -477,7 +474,7 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
         read when ``B == 1``.
     w_rec_t : [4H * col_off[K]] array
         The chunks' ``w_rec[h0:h1].T`` packed in panels
-        (:func:`pack_chunks`); read when ``B > 1``.
+        (:func:`pack_chunks`); read when ``B > 1`` (empty when ``S = 1``: nothing is carried).
     bounds : [K + 1] int64 array
     col_off : [K + 1] int64 array
         :func:`column_offsets` with ``per_unit = 1``.
@@ -683,8 +680,9 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     work = np.empty(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
     w_rec = c(w_rec)
-    w_rec_t = np.empty(4 * units * int(col_off[-1]) if batch > 1 else 0, dtype)
-    if batch > 1 and seq_len_max > 1:
+    carried = batch > 1 and seq_len_max > 1  # a step carries dh from the next one, on the micro-kernel
+    w_rec_t = np.empty(4 * units * int(col_off[-1]) if carried else 0, dtype)
+    if carried:
         pack_chunks(w_rec, bounds, col_off, w_rec_t, True, w_rec.size >= _MIN_PARALLEL_PACK)
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
     backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec, w_rec_t, bounds, col_off,

@@ -202,7 +202,7 @@ def _kernels(dtype):
     Returns
     -------
     types.SimpleNamespace
-        ``gemm``, the device functions ``gate_dots`` and ``row_dot`` (the
+        ``gemm``, the device functions ``gate_dots``, ``row_dot`` and ``next_step_dot`` (the
         step kernels' slices of the recurrent GEMMs, shared with
         :mod:`nblstm.cuda_cell`), ``forward_tile``, ``forward_step``,
         ``forward_persistent``, ``backward_tile``, ``backward_step``,
@@ -220,6 +220,27 @@ def _kernels(dtype):
     # not in device code (where ``4 * sj_`` would be a run-time int64).
     gate_cols_ = 4 * sj_
     sk_pad_ = sk_ + 1
+
+    @cuda.jit(device=True)
+    def load_k_tile(src, dst, k_major, k0, x0, k_total, x_total, tid, zero):
+        """``dst[kk, xx] = op(src)[k0 + kk, x0 + xx]`` (zero outside ``op(src)``), by all ``TX * TY`` threads.
+
+        ``op(src)`` is ``src: [K, X]`` when ``k_major``, ``src.T`` of ``src: [X, K]``
+        otherwise. Consecutive threads walk the stored array's contiguous
+        axis (coalesced global reads).
+        """
+        bk, bx = dst.shape
+        for e in range(tid, bk * bx, nthreads_gemm):
+            if k_major:
+                kk = e // bx
+                xx = e % bx
+            else:
+                xx = e // bk
+                kk = e % bk
+            if x0 + xx < x_total and k0 + kk < k_total:
+                dst[kk, xx] = src[k0 + kk, x0 + xx] if k_major else src[x0 + xx, k0 + kk]
+            else:
+                dst[kk, xx] = zero
 
     @cuda.jit
     def gemm(a, b, c, bias, trans_a, trans_b, accumulate, use_bias):
@@ -257,30 +278,8 @@ def _kernels(dtype):
                 for s in range(rn_):
                     acc[r, s] = zero
             for k0 in range(0, k_total, bk_):
-                # Each load loop walks the stored array's contiguous axis with
-                # consecutive threads (coalesced global reads).
-                for e in range(tid, bm_ * bk_, nthreads_gemm):
-                    if trans_a:
-                        kk = e // bm_
-                        mm = e % bm_
-                    else:
-                        mm = e // bk_
-                        kk = e % bk_
-                    if m0 + mm < m_total and k0 + kk < k_total:
-                        a_s[kk, mm] = a[k0 + kk, m0 + mm] if trans_a else a[m0 + mm, k0 + kk]
-                    else:
-                        a_s[kk, mm] = zero
-                for e in range(tid, bk_ * bn_, nthreads_gemm):
-                    if trans_b:
-                        nn = e // bk_
-                        kk = e % bk_
-                    else:
-                        kk = e // bn_
-                        nn = e % bn_
-                    if n0 + nn < n_total and k0 + kk < k_total:
-                        b_s[kk, nn] = b[n0 + nn, k0 + kk] if trans_b else b[k0 + kk, n0 + nn]
-                    else:
-                        b_s[kk, nn] = zero
+                load_k_tile(a, a_s, trans_a, k0, m0, k_total, m_total, tid, zero)
+                load_k_tile(b, b_s, not trans_b, k0, n0, k_total, n_total, tid, zero)
                 cuda.syncthreads()
                 for kk in range(bk_):
                     for r in range(rm_):
@@ -431,6 +430,16 @@ def _kernels(dtype):
             cuda.syncthreads()
         return acc
 
+
+    @cuda.jit(device=True)
+    def next_step_dot(t, steps, dgates, w_rec, nt, rt, zero):
+        """``row_dot(dgates[t + 1], w_rec, True, ...)``: the gradient a backward
+        step carries from step ``t + 1`` into ``t``; zero at the last step.
+        The condition is the same for the whole block, so every thread of a
+        block calls ``row_dot`` (which synchronizes) or none does."""
+        if t + 1 < steps:
+            return row_dot(dgates[t + 1], w_rec, True, nt, rt, zero)
+        return zero
     @cuda.jit(device=True)
     def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip,
                      use_peephole, bi, bc, bf, bo, out):
@@ -539,9 +548,7 @@ def _kernels(dtype):
         j = jt * sj_ + cuda.threadIdx.x
         b = bt * sb_ + cuda.threadIdx.y
         zero = one - one
-        acc = zero
-        if t + 1 < steps:
-            acc = row_dot(dgates[t + 1], w_rec, True, jt, bt, zero)
+        acc = next_step_dot(t, steps, dgates, w_rec, jt, bt, zero)
         if b < batch and j < units:
             c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
             di, dci, df, do, dc_prev = spec.backward_unit(
@@ -581,6 +588,7 @@ def _kernels(dtype):
         gemm=gemm,
         gate_dots=gate_dots,
         row_dot=row_dot,
+        next_step_dot=next_step_dot,
         forward_tile=forward_tile,
         forward_step=forward_step,
         forward_persistent=forward_persistent,

@@ -137,7 +137,7 @@ def _cell_kernels(dtype):
     import types as pytypes
 
     k = _cu._kernels(dtype)
-    gate_dots, row_dot = k.gate_dots, k.row_dot
+    gate_dots, row_dot, next_step_dot = k.gate_dots, k.row_dot, k.next_step_dot
     sj_, sb_ = _cu._SJ, _cu._SB
 
     @cuda.jit
@@ -274,9 +274,7 @@ def _cell_kernels(dtype):
         p = pt * sj_ + cuda.threadIdx.x
         b = bt * sb_ + cuda.threadIdx.y
         zero = one - one
-        acc = zero
-        if t + 1 < steps:
-            acc = row_dot(dgates[t + 1], w_rec, True, pt, bt, zero)
+        acc = next_step_dot(t, steps, dgates, w_rec, pt, bt, zero)
         if b < batch and p < depth:
             if t + 1 < lengths[b]:
                 dm[b, p] = acc
@@ -330,6 +328,9 @@ def _cell_kernels(dtype):
         j = jt * sj_ + cuda.threadIdx.x
         b = bt * sb_ + cuda.threadIdx.y
         zero = one - one
+        # row_dot called directly in both branches, not next_step_dot: a kernel
+        # that reaches row_dot both directly and through next_step_dot declares
+        # its shared arrays twice, and NVVM rejects the IR.
         dr = zero
         if has_proj:
             dr = row_dot(dm_raw[t], w_proj, True, jt, bt, zero)
