@@ -73,13 +73,8 @@ def check_arrays(named, ranks):
     ValueError
         An argument of the wrong rank.
     """
-    ndarray = np.ndarray
-    if all(type(value) is ndarray for value in named.values()):  # the common case, without describe_array
-        infos = {name: ArrayInfo(name, value, "host", value.shape, value.dtype) for name, value in named.items()}
-        kinds = ("host",)
-    else:
-        infos = {name: describe_array(name, value) for name, value in named.items()}
-        kinds = {info.kind for info in infos.values()}
+    infos = {name: describe_array(name, value) for name, value in named.items()}
+    kinds = {info.kind for info in infos.values()}
     if len(kinds) > 1:
         host = [n for n, i in infos.items() if i.kind == "host"]
         device = [n for n, i in infos.items() if i.kind == "device"]
@@ -91,7 +86,7 @@ def check_arrays(named, ranks):
     if first.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{first.name} has dtype {first.dtype}; expected float16, float32 or float64")
     for info in infos.values():
-        if info.dtype is not first.dtype and info.dtype != first.dtype:
+        if info.dtype != first.dtype:
             raise TypeError(
                 f"{info.name} has dtype {info.dtype}; expected {first.dtype} (the dtype of {first.name}): "
                 "all arrays must share one dtype"
