@@ -35,6 +35,7 @@ The kernels run on float32 or float64 arrays; float16 is computed in float32.
 Outputs past ``seq_len_max`` are left as the zeros they were allocated with.
 """
 
+import functools
 import threading
 
 import numba
@@ -104,8 +105,13 @@ class kernel_section:  # noqa: N801 (used like a function: ``with kernel_section
         return False
 
 
+@functools.lru_cache(maxsize=256)
 def _split(count, parts):
-    """``parts + 1`` int64 boundaries splitting ``range(count)`` evenly."""
+    """``parts + 1`` int64 boundaries splitting ``range(count)`` evenly.
+
+    Cached (every call of a small problem needs several): the array is
+    shared between calls and must not be modified.
+    """
     parts = max(1, min(parts, count)) if count else 1
     return np.array([(count * k) // parts for k in range(parts + 1)], np.int64)
 
@@ -149,8 +155,9 @@ def row_blocks(rows, work_per_row):
     return _split(rows, min(_MAX_ROW_BLOCKS, max(1, rows // _ROW_BLOCK))), True
 
 
+@functools.cache
 def gate_blocks(layout):
-    """``[4]`` int64: the block (0..3) of the gates ``i, ci, f, o`` in ``layout``."""
+    """``[4]`` int64: the block (0..3) of the gates ``i, ci, f, o`` in ``layout`` (shared: not to be modified)."""
     return np.array(GATE_BLOCKS[layout], np.int64)
 
 

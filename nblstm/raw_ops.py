@@ -29,9 +29,10 @@ __all__ = ["BlockLSTM", "BlockLSTMV2", "BlockLSTMGrad", "BlockLSTMGradV2", "LSTM
 
 
 def _required(**arrays):
-    """TensorFlow's ops take every array; ``None`` is not an array."""
+    """TensorFlow's ops take every array; ``None`` is not an array (the ops check the others)."""
     for name, value in arrays.items():
-        describe_array(name, value)
+        if value is None:
+            describe_array(name, value)  # raises TypeError naming the argument
 
 
 def BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_clip=3.0,
