@@ -140,6 +140,13 @@ def _cell_kernels(dtype):
     gate_dots, row_dot, next_step_dot = k.gate_dots, k.row_dot, k.next_step_dot
     sj_, sb_ = _cu._SJ, _cu._SB
 
+    @cuda.jit(device=True)
+    def thread_tile():
+        """``(column tile, batch tile, column, batch row)`` of this thread in a step kernel's grid."""
+        ct = cuda.blockIdx.x
+        bt = cuda.blockIdx.y
+        return ct, bt, ct * sj_ + cuda.threadIdx.x, bt * sb_ + cuda.threadIdx.y
+
     @cuda.jit
     def forward_step(t, gates, c0, m0, w_rec, lengths, w_i, w_f, w_o, one, forget_bias, cell_clip, clip_on, act,
                      use_peepholes, has_proj, cells, ms):
@@ -174,10 +181,7 @@ def _cell_kernels(dtype):
             ``cells[2:4]`` (``m`` is ``r``).
         """
         batch, units = c0.shape
-        jt = cuda.blockIdx.x
-        bt = cuda.blockIdx.y
-        j = jt * sj_ + cuda.threadIdx.x
-        b = bt * sb_ + cuda.threadIdx.y
+        jt, bt, j, b = thread_tile()
         zero = one - one
         a_i, a_j, a_f, a_o = gate_dots(t, jt, bt, m0, ms[1], w_rec, 0, 1, 2, 3, zero)
         if b < batch and j < units:
@@ -225,10 +229,7 @@ def _cell_kernels(dtype):
             Output ``m_raw[t]`` (zero past the length) and ``m[t]``.
         """
         batch, depth = m0.shape
-        pt = cuda.blockIdx.x
-        bt = cuda.blockIdx.y
-        p = pt * sj_ + cuda.threadIdx.x
-        b = bt * sb_ + cuda.threadIdx.y
+        pt, bt, p, b = thread_tile()
         zero = one - one
         acc = row_dot(cells[3, t], w_proj, False, pt, bt, zero)
         if b < batch and p < depth:
@@ -269,10 +270,7 @@ def _cell_kernels(dtype):
             Output for step ``t``.
         """
         batch, depth = dm.shape
-        pt = cuda.blockIdx.x
-        bt = cuda.blockIdx.y
-        p = pt * sj_ + cuda.threadIdx.x
-        b = bt * sb_ + cuda.threadIdx.y
+        pt, bt, p, b = thread_tile()
         zero = one - one
         acc = next_step_dot(t, steps, dgates, w_rec, pt, bt, zero)
         if b < batch and p < depth:
@@ -323,10 +321,7 @@ def _cell_kernels(dtype):
             The carried gradient of ``m``, updated in place without a projection.
         """
         batch, units = c0.shape
-        jt = cuda.blockIdx.x
-        bt = cuda.blockIdx.y
-        j = jt * sj_ + cuda.threadIdx.x
-        b = bt * sb_ + cuda.threadIdx.y
+        jt, bt, j, b = thread_tile()
         zero = one - one
         # row_dot called directly in both branches, not next_step_dot: a kernel
         # that reaches row_dot both directly and through next_step_dot declares
