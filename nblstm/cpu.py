@@ -635,7 +635,14 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
     dtype = x.dtype
-    outs = [np.zeros((steps, batch, units), dtype) for _ in range(7)]
+    # One allocation for the seven outputs: at 4 MiB and more NumPy asks for
+    # transparent huge pages, and glibc raises its trim threshold to the
+    # largest block it has freed, so a training loop neither faults the
+    # outputs' pages in 4 KiB at a time nor returns them to the kernel after
+    # every call. The kernel writes every step below seq_len_max.
+    block = np.empty((7, steps, batch, units), dtype)
+    block[:, seq_len_max:] = 0
+    outs = list(block)
     if seq_len_max == 0 or batch == 0:
         return outs
     bounds = step_chunks(batch, units)
@@ -724,7 +731,8 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
     dtype = x.dtype
-    x_grad = np.zeros((steps, batch, inputs), dtype)
+    x_grad = np.empty((steps, batch, inputs), dtype)
+    x_grad[seq_len_max:] = 0  # the GEMMs after the loop write the steps below seq_len_max
     if seq_len_max == 0 or batch == 0:
         zeros = [np.zeros(units, dtype) for _ in range(3)]
         return (x_grad, np.zeros((batch, units), dtype), np.zeros((batch, units), dtype), np.zeros(w.shape, dtype),

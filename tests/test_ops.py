@@ -142,6 +142,28 @@ def test_incoming_gradients_past_seq_len_max_are_ignored():
     assert not g1.x_grad[3:].any()
 
 
+def test_outputs_past_seq_len_max_are_zero_in_recycled_memory():
+    # The outputs are not zero-filled allocations: fill memory of the same
+    # sizes with NaN and free it first, so that the allocator hands it back.
+    rng = np.random.default_rng(4)
+    steps, batch, inputs, units = 6, 3, 5, 7
+    p = make_problem(rng, steps, batch, inputs, units)
+    h_grad = rng.standard_normal((steps, batch, units))
+    for _ in range(3):
+        garbage = [np.full((7, steps, batch, units), np.nan), np.full((steps, batch, inputs), np.nan)]
+        del garbage
+        out = nblstm.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], seq_len_max=2)
+        garbage = np.full((steps, batch, inputs), np.nan)
+        del garbage
+        grads = nblstm.block_lstm_grad(p["x"], p["cs_prev"], p["h_prev"], p["w"], out, h_grad=h_grad,
+                                       seq_len_max=2)
+        for name, got in zip(out._fields, out):
+            assert not got[2:].any(), name
+            assert np.isfinite(got).all(), name
+        assert not grads.x_grad[2:].any()
+        assert np.isfinite(grads.x_grad).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_v1_and_permuted_v2_are_bitwise_identical(dtype):
     rng = np.random.default_rng(11)
