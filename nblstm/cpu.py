@@ -32,7 +32,8 @@ Every array keeps the caller's gate layout (the packed recurrent weights
 too, within each chunk); ``blocks[g]`` is the block (0..3) of gate ``g`` in
 the order ``i, ci, f, o``.
 The kernels run on float32 or float64 arrays; float16 is computed in float32.
-Outputs past ``seq_len_max`` are left as the zeros they were allocated with.
+The forward's seven outputs are one allocation (see :func:`_forward`); the
+kernels write every step below ``seq_len_max`` and the drivers zero the rest.
 """
 
 import functools
@@ -72,6 +73,34 @@ _JIT = {"cache": True, "error_model": "numpy"}
 
 
 _workqueue_lock = threading.RLock()  # kernel sections nest (a pack inside a forward)
+
+
+class _Scratch(threading.local):
+    """Each Python thread's scratch buffers, kept from one call to the next.
+
+    The backward's gate gradients ``[T, B, 4H]`` and partial weight
+    gradients never leave it. Allocated afresh, they are the largest blocks
+    freed by a training step, and glibc then returns the top of its heap to
+    the system and faults it in again at the next call (thousands of page
+    faults at ``(50, 32, 256, 256)``). A thread keeps the largest buffer of
+    each kind it has needed; it is freed with the thread.
+    """
+
+    def __init__(self):
+        self.buffers = {}
+
+    def get(self, name, shape, dtype):
+        """An uninitialised ``shape`` array of ``dtype``, valid until this thread asks for ``name`` again."""
+        size = int(np.prod(shape))
+        key = (name, np.dtype(dtype))
+        buffer = self.buffers.get(key)
+        if buffer is None or buffer.size < size:
+            buffer = np.empty(size, dtype)
+            self.buffers[key] = buffer
+        return buffer[:size].reshape(shape)
+
+
+_scratch = _Scratch()
 
 
 class kernel_section:  # noqa: N801 (used like a function: ``with kernel_section():``)
@@ -661,7 +690,8 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     return outs
 
 
-def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout):
+def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout,
+                        dgates=None):
     """The time loop of the backward pass: gate gradients and the cell carry.
 
     Callers run it inside :func:`kernel_section`.
@@ -679,6 +709,8 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
         Recurrent weights (the last H rows of ``w``), caller's layout.
     use_peephole : bool
     layout : {"ifco", "icfo"}
+    dgates : [S, B, 4H] C-contiguous array, optional
+        Where to write the gate gradients (a new array by default).
 
     Returns
     -------
@@ -692,7 +724,8 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
     bounds = chunk_bounds(batch, units)
     col_off = column_offsets(bounds, 1, batch, dtype)
-    dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
+    if dgates is None:
+        dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
     work = np.empty(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
     w_rec = c(w_rec)
@@ -745,7 +778,7 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
         h_rows = np.full(num_blocks + 1, rows, np.int64)
         h_rows[0] = batch
     x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
-    partial = np.empty((num_blocks - 1, inputs + units, 4 * units), dtype)
+    partial = _scratch.get("partial", (num_blocks - 1, inputs + units, 4 * units), dtype)
     partial_b = np.empty((num_blocks - 1, 4 * units), dtype)
     w_grad = np.empty(w.shape, dtype)
     b_grad = np.empty(4 * units, dtype)
@@ -755,7 +788,8 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
     h2d = c(outputs[6]).reshape(steps * batch, units)
     with kernel_section():
         dg, dc, wci_grad, wcf_grad, wco_grad = _backward_recurrent(
-            cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout)
+            cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout,
+            _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype))
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
                             w[:inputs].T, w[inputs:].T, x_rows, h_rows, x_grad2d, partial, partial_b, w_grad,
                             b_grad, h_prev_grad)

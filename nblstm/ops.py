@@ -195,7 +195,10 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_le
     -------
     BlockLSTMOutput
         ``(i, cs, f, o, ci, co, h)``, each ``[T, B, H]``, dtype of ``x``, on
-        the target of the inputs.
+        the target of the inputs. On the CPU (float32 and float64) the seven
+        are views of one ``[7, T, B, H]`` allocation, which is faster to
+        allocate and fault in: keeping one of them keeps the memory of all
+        seven (copy ``h`` to keep only it).
 
     Raises
     ------

@@ -164,6 +164,31 @@ def test_outputs_past_seq_len_max_are_zero_in_recycled_memory():
         assert np.isfinite(grads.x_grad).all()
 
 
+def test_backward_scratch_left_dirty_by_other_calls_changes_nothing():
+    # The backward keeps its gate-gradient and partial buffers per thread
+    # between calls: fill them with NaN, and with a larger shape's leftovers.
+    from nblstm import cpu
+
+    rng = np.random.default_rng(5)
+    p = make_problem(rng, 6, 3, 5, 7)
+    out = nblstm.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"])
+    h_grad = rng.standard_normal(out.h.shape)
+    args = (p["x"], p["cs_prev"], p["h_prev"], p["w"], out, None, h_grad)
+    first = nblstm.block_lstm_grad(*args)
+    assert cpu._scratch.buffers, "the backward keeps its scratch"
+    for buffer in cpu._scratch.buffers.values():
+        buffer[...] = np.nan
+    again = nblstm.block_lstm_grad(*args)
+    big = make_problem(rng, 9, 4, 6, 11)
+    big_out = nblstm.block_lstm(big["x"], big["cs_prev"], big["h_prev"], big["w"], big["b"])
+    nblstm.block_lstm_grad(big["x"], big["cs_prev"], big["h_prev"], big["w"], big_out, None,
+                           rng.standard_normal(big_out.h.shape))
+    after_big = nblstm.block_lstm_grad(*args)
+    for name, a, b, c in zip(first._fields, first, again, after_big):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        np.testing.assert_array_equal(a, c, err_msg=name)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_v1_and_permuted_v2_are_bitwise_identical(dtype):
     rng = np.random.default_rng(11)
