@@ -479,7 +479,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds timed per case and round")
     parser.add_argument("--min-calls", type=int, default=3)
-    parser.add_argument("--max-calls", type=int, default=200)
+    parser.add_argument("--max-calls", type=int, default=20000,
+                        help="cap on the calls timed per case and round (default 20000)")
     parser.add_argument("--worker-timeout", type=float, default=1800.0, help="seconds before a worker is killed")
     parser.add_argument("--markdown", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--plot", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.png",

@@ -22,8 +22,11 @@ The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
   there (adding the bias) and overwrites it with the gates.
 - The hidden units are split into chunks, one per thread, with the weight
   columns packed so that a chunk's ``[i | j | f | o]`` blocks are contiguous.
-  Each step is one parallel region: every thread runs a single-threaded GEMM
-  on its slice of the recurrent weights, then the gate maths of that slice.
+  Each step is one parallel region: every thread runs the recurrent GEMM of
+  its slice, then the gate maths of that slice. With ``B > 1`` the GEMM is
+  :mod:`nblstm._microkernel`'s, on each chunk's weights packed in panels
+  once per weight change (:class:`PackedWeights`); with ``B = 1`` it is
+  BLAS's matrix-vector product.
   With a projection a second region per step computes ``m`` (its columns
   split across threads): ``m`` needs every unit's ``r``.
 - Backward keeps only the recurrent GEMMs (and the peephole gradients) in
@@ -43,7 +46,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .cpu import _JIT, _gemm_rows, _split, kernel_section, row_bounds
+from . import _microkernel
+from .cpu import _JIT, _gemm_rows, _split, column_offsets, kernel_section, row_bounds
 from .cpu import _weight_grads_block as _fused_weight_grads_block
 from .cpu import chunk_bounds as _chunk_bounds
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
@@ -141,18 +145,19 @@ def _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, fo
 
 
 @njit(**_JIT)
-def _forward_units(t, h0, h1, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias, cell_clip,
-                   clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
-    """Step ``t`` of the units ``h0..h1-1``: recurrent GEMM, then the gate maths."""
+def _forward_units(t, h0, h1, col0, col1, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias,
+                   cell_clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
+    """Step ``t`` of the units ``h0..h1-1`` (packed columns ``col0..col1-1``): recurrent GEMM, then the gate maths."""
     batch = gates.shape[1]
     depth = m0.shape[1]
-    hk = h1 - h0
-    wk = w_rec[depth * 4 * h0:depth * 4 * h1].reshape((depth, 4 * hk))
-    gk = work[batch * 4 * h0:batch * 4 * h1].reshape((batch, 4 * hk))
-    if t == 0:
-        np.dot(m0, wk, gk)
+    width = col1 - col0
+    gk = work[batch * col0:batch * col1].reshape((batch, width))
+    m_src = m0 if t == 0 else m_[t - 1]
+    if batch == 1:  # a vector-matrix product on a plain [P, 4 hk] block
+        np.dot(m_src, w_rec[depth * col0:depth * col1].reshape((depth, width)), gk)
     else:
-        np.dot(m_[t - 1], wk, gk)
+        _microkernel.gemm_panels(m_src.reshape(-1), 0, depth, batch, w_rec, depth * col0, depth,
+                                 width // _microkernel.panel_width_of(w_rec), work, batch * col0, width)
     if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
         _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
                       0, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
@@ -185,7 +190,7 @@ def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip
 
 
 @njit(parallel=True, **_JIT)
-def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
+def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
                    forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj, work,
                    proj_work, gates, c_raw_, c_, ac_, r_, m_raw_, m_):
     """The cell's forward pass over ``T = gates.shape[0]`` steps.
@@ -202,10 +207,14 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bou
     m0 : [B, P] array
     bias : [4H] array
         Packed bias.
-    w_rec : [P * 4H] array
-        Packed recurrent weights, chunk after chunk, each a C-ordered ``[P, 4 hk]`` block.
+    w_rec : [P * rec_off[K]] array
+        Packed recurrent weights, chunk after chunk from ``P * rec_off[k]``:
+        the micro-kernel's panels with ``B > 1``, a C-ordered ``[P, 4 hk]``
+        block with ``B = 1`` (:class:`PackedWeights`).
     bounds : [K + 1] int64 array
         Chunks of hidden units.
+    rec_off : [K + 1] int64 array
+        Where each chunk's columns start in ``w_rec`` and ``work``.
     w_proj : [H * P] array
         Projection weights, column chunk after column chunk, each a C-ordered
         ``[H, pk]`` block (unused without a projection).
@@ -219,7 +228,7 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bou
     clip_on, proj_clip_on, use_peepholes, has_proj : bool
     act : int
         Activation code.
-    work : [B * 4H] array
+    work : [B * rec_off[K]] array
     proj_work : [B * P] array
         Workspaces of the per-step GEMMs.
     gates : [T, B, 4H] C-contiguous array
@@ -255,12 +264,13 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, w_proj, proj_bou
     num_proj_chunks = proj_bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
-            _forward_units(t, lo, units, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on,
-                           act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+            _forward_units(t, lo, units, rec_off[0], rec_off[1], gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f,
+                           w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
         else:
             for k in prange(num_chunks):
-                _forward_units(t, bounds[k], bounds[k + 1], gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f,
-                               w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, m0, w_rec,
+                               work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one,
+                               c_raw_, c_, ac_, r_, m_)
         if has_proj:
             if num_proj_chunks == 1:
                 _forward_proj(t, lo, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
@@ -609,7 +619,9 @@ class PackedWeights:
         already in the compute dtype.
     input_depth : int
     batch_size : int
-        Decides how many chunks (threads) a step uses.
+        Decides how many chunks (threads) a step uses, and whether the
+        recurrent weights are packed for the micro-kernel (``B > 1``) or
+        for a matrix-vector product (``B = 1``).
     num_chunks : int, optional
         Force the number of chunks (tests use it to run the parallel paths on tiny shapes).
     """
@@ -628,7 +640,20 @@ class PackedWeights:
         self.w_x = np.ascontiguousarray(kp[:input_depth])  # [I, 4H] packed
         w_h = np.ascontiguousarray(kp[input_depth:])  # [P, 4H] packed
         self.bias = np.ascontiguousarray(weights["bias"][self.perm])
-        self.w_rec = _column_chunks(w_h, self.bounds, 4)
+        # The forward's recurrent weights: with B > 1 each chunk's 4 hk
+        # columns in the micro-kernel's panels (nblstm.cpu does the same per
+        # call; a cell keeps them until its weights change), with B = 1 a
+        # plain block for a matrix-vector product.
+        self.panels = batch_size > 1
+        self.rec_off = column_offsets(self.bounds, 4, max(batch_size, 1), dtype)
+        if self.panels:
+            self.w_rec = np.empty(depth * int(self.rec_off[-1]), dtype)
+            flat = w_h.reshape(-1)
+            for k, (h0, h1) in enumerate(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())):
+                _microkernel.pack_panels(flat, 4 * h0, 4 * units, np.arange(4 * (h1 - h0), dtype=np.int64), depth,
+                                         self.w_rec, depth * int(self.rec_off[k]), _microkernel.panel_width(dtype))
+        else:
+            self.w_rec = _column_chunks(w_h, self.bounds, 4)
         if self.has_proj:
             self.proj_bounds = chunk_bounds(max(batch_size, 1), depth, len(self.bounds) - 1)
             self.w_proj = _column_chunks(proj, self.proj_bounds, 1)
@@ -693,6 +718,8 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
         m_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else r_
         saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
         return saved
+    if packed.panels != (batch > 1):
+        raise ValueError(f"weights packed for {'B > 1' if packed.panels else 'B = 1'}, called with B = {batch}")
     # Every element of these is written by the kernel.
     gates = np.empty((steps, batch, 4 * units), dtype)
     c_raw_, c_, ac_, r_ = (np.empty((steps, batch, units), dtype) for _ in range(4))
@@ -702,11 +729,11 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
         m_raw_, m_ = _dummy3(dtype), r_
     saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
     rows = steps * batch
-    work = np.empty(batch * 4 * units, dtype)
+    work = np.empty(batch * int(packed.rec_off[-1]), dtype)
     proj_work = np.empty(batch * depth, dtype)
     with kernel_section():
         forward_kernel(x.reshape(rows, inputs), packed.w_x, row_bounds(rows, inputs * 4 * units), c0, m0,
-                       packed.bias, packed.w_rec, packed.bounds, packed.w_proj, packed.proj_bounds,
+                       packed.bias, packed.w_rec, packed.bounds, packed.rec_off, packed.w_proj, packed.proj_bounds,
                        c(lengths, np.int64), *packed.peepholes, float(forget_bias), *_clip_args(cell_clip),
                        *_clip_args(proj_clip if packed.has_proj else None), int(act), packed.use_peepholes,
                        packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, m_raw_, m_)

@@ -245,6 +245,22 @@ def test_run_equals_steps_and_default_state():
     np.testing.assert_allclose(state.c, final.c, rtol=1e-13, atol=1e-15)
 
 
+def test_one_cell_runs_batch_one_and_larger_batches():
+    # The recurrent weights are packed differently for B = 1 (a matrix-vector
+    # product) and B > 1 (the micro-kernel's panels); one cell serves both.
+    rng = np.random.default_rng(13)
+    cell = make_cell(rng, use_peepholes=True, num_proj=P)
+    x = rng.standard_normal((T, B, I))
+    state = random_state(rng, cell)
+    for batch in (B, 1, B, 1):
+        part = LSTMStateTuple(state.c[:batch], state.h[:batch])
+        outputs, final = cell.run(x[:, :batch], part)
+        r_out, r_c, r_m = ref.run(cell.get_weights(), x[:, :batch], part.c, part.h, None, **ref_options(cell))
+        np.testing.assert_allclose(outputs, r_out, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(final.c, r_c, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(final.h, r_m, rtol=1e-12, atol=1e-14)
+
+
 def test_empty_sequence_and_batch():
     rng = np.random.default_rng(4)
     cell = make_cell(rng, num_proj=P)
