@@ -11,10 +11,12 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
   the time loop, computed straight into the gate outputs, its rows split in
   blocks that do not depend on the thread count (so that the forward pass
   gives the same bits on any number of threads).
-- The hidden units are split into ``K`` chunks of up to about 128 units,
-  ``K`` a multiple of 4 and independent of the thread count (for the same
-  reason). Each chunk's recurrent weights (its ``4 * hk`` columns, gate
-  blocks in the caller's order) are packed once per call in the panels of
+- The hidden units are split into ``K`` chunks: one per thread with
+  ``B > 1`` (the micro-kernel's results do not depend on the split), and
+  with ``B = 1`` chunks of up to about 128 units, ``K`` a multiple of 4 and
+  independent of the thread count (for the same reason). Each chunk's
+  recurrent weights (its ``4 * hk`` columns, gate blocks in the caller's
+  order) are packed once per call in the panels of
   :mod:`nblstm._microkernel`, whose register-tiled GEMM runs the step 1.6x
   faster than OpenBLAS, which packs the weights again at every step. Each
   step is one parallel region in which a thread runs the recurrent GEMMs of
@@ -52,8 +54,8 @@ from .spec import GATE_BLOCKS, backward_unit, forward_unit
 _MIN_PARALLEL_STEP_WORK = 32768
 # Fewer hidden units than this per chunk make thin, inefficient GEMMs.
 _MIN_UNITS_PER_CHUNK = 8
-# Hidden units per chunk of the forward's time loop (step_chunks): more
-# chunks than that, each a separate GEMM call, measured slower here.
+# Hidden units per chunk of the forward's batch-1 time loop (step_chunks):
+# more chunks than that, each a separate GEMV call, measured slower here.
 _UNITS_PER_CHUNK = 128
 # Recurrent weights with fewer elements than this are packed on one thread.
 _MIN_PARALLEL_PACK = 1 << 16
@@ -193,11 +195,16 @@ def gate_blocks(layout):
 def step_chunks(batch_size, num_units):
     """Split the hidden units of the forward's time loop into chunks.
 
-    The chunks do not depend on the thread count (each thread takes whole
-    chunks), so that every recurrent GEMM call, and with it every bit of
-    the forward pass, is the same on any number of threads. Their count is a
-    multiple of 4 (even shares for 1, 2 and 4 threads), with up to about
-    ``_UNITS_PER_CHUNK`` units each; small steps take one chunk.
+    With ``B > 1`` the step's GEMM is the micro-kernel, whose every result
+    element is the same however the columns are split: one chunk per thread
+    (:func:`chunk_bounds`), the fewest and largest GEMMs and gate loops
+    (0.95-0.97x the time of 4 chunks at ``B = 32, H = 256, 512`` and of 8 at
+    ``B = 64, H = 1024``). With ``B = 1`` the step is BLAS's GEMV, whose
+    results may depend on the columns of the call: the chunks do not depend
+    on the thread count (each thread takes whole chunks), so that every bit
+    of the forward pass is the same on any number of threads. Their count
+    is a multiple of 4 (even shares for 1, 2 and 4 threads), with up to
+    about ``_UNITS_PER_CHUNK`` units each. Small steps take one chunk.
 
     Returns
     -------
@@ -207,6 +214,8 @@ def step_chunks(batch_size, num_units):
     """
     if batch_size * num_units * 4 * num_units < _MIN_PARALLEL_STEP_WORK:
         return _split(num_units, 1)
+    if batch_size > 1:
+        return chunk_bounds(batch_size, num_units)
     chunks = 4 * max(1, round(num_units / (4 * _UNITS_PER_CHUNK)))
     return _split(num_units, min(chunks, max(1, num_units // _MIN_UNITS_PER_CHUNK)))
 
