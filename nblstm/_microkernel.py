@@ -55,15 +55,17 @@ def padded(count, dtype):
     return -(-count // p) * p
 
 
-def make_tile(lanes32, tile_rows, vectors):
+def make_tile(lanes32, tile_rows, vectors, accumulate=False):
     """A micro-kernel intrinsic for ``R = tile_rows`` rows and ``P = vectors * lanes`` columns.
 
     ``tile(c, c_off, ldc, a, a_off, lda, bp, bp_off, k, rows)`` computes
     ``C[r, 0:P] = sum_k A[r, k] * Bp[k, 0:P]`` for ``r < rows <= R`` on flat
-    arrays (element offsets and row strides): rows of ``A`` beyond ``rows``
-    are not read (the last row is read again in their place) and their
-    results are not stored. ``lanes`` is ``lanes32`` for float32 and half
-    that for float64.
+    arrays (element offsets and row strides); with ``accumulate`` each sum
+    starts from ``C[r, 0:P]`` instead of zero (``C += A @ Bp``: one
+    accumulator continued, the same bits as one product over the joined
+    ``K``). Rows of ``A`` and ``C`` beyond ``rows`` are not read (the last
+    row is read again in their place) and their results are not stored.
+    ``lanes`` is ``lanes32`` for float32 and half that for float64.
     """
 
     @intrinsic
@@ -94,6 +96,13 @@ def make_tile(lanes32, tile_rows, vectors):
                 r_const = ir.Constant(it, r)
                 r_eff = builder.select(builder.icmp_signed("<", r_const, rows_v), r_const, last)
                 arows.append(builder.gep(aptr, [builder.mul(r_eff, lda_v)]))
+                if accumulate:
+                    crow = builder.gep(cptr, [builder.mul(r_eff, ldc_v)])
+                    for v in range(vectors):
+                        src = builder.bitcast(builder.gep(crow, [ir.Constant(it, v * lanes)]), vt.as_pointer())
+                        load = builder.load(src)
+                        load.align = 4 if is32 else 8
+                        builder.store(load, accs[r][v])
             splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
             width = ir.Constant(it, lanes * vectors)
             with cgutils.for_range(builder, k_v) as loop:
@@ -126,6 +135,7 @@ def make_tile(lanes32, tile_rows, vectors):
 
 
 _tile = make_tile(_LANES32, TILE_ROWS, _VECTORS)
+_tile_add = make_tile(_LANES32, TILE_ROWS, _VECTORS, accumulate=True)
 
 
 @njit(**_JIT)
@@ -139,6 +149,18 @@ def gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc):
         for r0 in range(0, rows, TILE_ROWS):
             _tile(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width, k,
                   min(TILE_ROWS, rows - r0))
+
+
+@njit(**_JIT)
+def gemm_panels_add(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc):
+    """``C += A @ Bp``, as :func:`gemm_panels` otherwise: each element's
+    accumulator continues from ``C`` (the bits of one product over the
+    joined ``K``)."""
+    width = panel_width_of(c)
+    for q in range(panels):
+        for r0 in range(0, rows, TILE_ROWS):
+            _tile_add(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width,
+                      k, min(TILE_ROWS, rows - r0))
 
 
 @njit(inline="always")

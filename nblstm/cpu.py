@@ -7,10 +7,13 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
   is never called: its threads spin for a long time after each call and
   would fight numba's threads for the two cores (DESIGN.md measured 40-100x
   slowdowns from such oversubscription).
-- The input projection of all steps, ``x @ w[:I] + b``, is one GEMM before
-  the time loop, computed straight into the gate outputs, its rows split in
-  blocks that do not depend on the thread count (so that the forward pass
-  gives the same bits on any number of threads).
+- The input projection ``x_t @ w[:I]``: with ``B > 1`` and ``I <= 256``
+  each step computes its own on the micro-kernel, continuing the same
+  accumulators with ``h_{t-1} @ w[I:]`` (:func:`fused_projection`), so that
+  no ``[T, B, 4H]`` projection goes to memory and comes back. Otherwise it
+  is one GEMM before the time loop, computed straight into the gate outputs,
+  its rows split in blocks that do not depend on the thread count (so that
+  the forward pass gives the same bits on any number of threads).
 - The hidden units are split into ``K`` chunks: one per thread with
   ``B > 1`` (the micro-kernel's results do not depend on the split), and
   with ``B = 1`` chunks of up to about 128 units, ``K`` a multiple of 4 and
@@ -57,6 +60,9 @@ _MIN_UNITS_PER_CHUNK = 8
 # Hidden units per chunk of the forward's batch-1 time loop (step_chunks):
 # more chunks than that, each a separate GEMV call, measured slower here.
 _UNITS_PER_CHUNK = 128
+# Largest panel of packed input weights for which a step computes its own
+# input projection (fused_projection).
+_FUSED_PANEL_BYTES = 32 * 1024
 # Recurrent weights with fewer elements than this are packed on one thread.
 _MIN_PARALLEL_PACK = 1 << 16
 # Row blocks of the large GEMMs below this many multiply-adds run on one thread.
@@ -236,16 +242,31 @@ def column_offsets(bounds, per_unit, batch_size, dtype):
     return np.array(offsets, np.int64)
 
 
-def pack_recurrent(w_rec, bounds, col_off, batch_size):
-    """The recurrent weights ``w_rec: [H, 4H]`` as one flat array, chunk by chunk.
+def fused_projection(batch_size, inputs, dtype):
+    """Whether the forward computes each step's input projection inside the step (:func:`forward_kernel`).
 
-    Chunk ``k`` holds the ``4 * hk`` columns of its units, gate block after
-    gate block in the caller's order, at ``H * col_off[k]``
-    (:func:`column_offsets` with ``per_unit = 4``). With ``batch_size > 1``
-    they are packed in the micro-kernel's panels (``[H, P]`` blocks of ``P``
-    columns, zero-padded), the step's right operand; with ``batch_size == 1``
-    the chunk is a plain ``[H, 4 * hk]`` matrix for a matrix-vector product.
-    Callers run it inside :func:`kernel_section`.
+    With ``B > 1``, when a panel of the packed input weights (``I x P``)
+    fits in 32 KiB of L1: ``I <= 256`` in float32 and float64. Measured
+    against the projection as BLAS GEMMs before the loop: 0.93x the time at
+    ``(50, 32, 256, 256)``, but 1.07x at ``I = H = 512`` and 1.16x at
+    ``I = H = 1024``, where the micro-kernel streams longer panels from L2
+    and packing ``w[:I]`` at every call costs more.
+    """
+    return batch_size > 1 and inputs * _microkernel.panel_width(dtype) * np.dtype(dtype).itemsize <= _FUSED_PANEL_BYTES
+
+
+def pack_recurrent(w_rec, bounds, col_off, batch_size):
+    """Weights ``w_rec: [D, 4H]`` as one flat array, chunk by chunk.
+
+    The recurrent weights (``D = H``), and the input weights (``D = I``)
+    when the steps compute their input projections
+    (:func:`fused_projection`). Chunk ``k`` holds the ``4 * hk`` columns of its
+    units, gate block after gate block in the caller's order, at
+    ``D * col_off[k]`` (:func:`column_offsets` with ``per_unit = 4``). With
+    ``batch_size > 1`` they are packed in the micro-kernel's panels (``[D,
+    P]`` blocks of ``P`` columns, zero-padded), the step's right operand;
+    with ``batch_size == 1`` the chunk is a plain ``[H, 4 * hk]`` matrix for
+    a matrix-vector product. Callers run it inside :func:`kernel_section`.
     """
     units = w_rec.shape[0]
     packed = np.empty(units * int(col_off[-1]), w_rec.dtype)
@@ -261,14 +282,15 @@ def pack_recurrent(w_rec, bounds, col_off, batch_size):
 @njit(**_JIT)
 def _pack_forward_chunk(w_rec, bounds, col_off, packed, k):
     """Chunk ``k`` of :func:`pack_recurrent` in panels: column ``j = g * hk + u`` is ``w_rec[:, g * H + h0 + u]``."""
-    units = w_rec.shape[0]
+    depth = w_rec.shape[0]
+    units = w_rec.shape[1] // 4
     h0 = bounds[k]
     hk = bounds[k + 1] - h0
     columns = np.empty(4 * hk, np.int64)
     for j in range(4 * hk):
         columns[j] = (j // hk) * units + h0 + j % hk
     width = _microkernel.panel_width_of(packed)
-    _microkernel.pack_panels(w_rec.reshape(-1), 0, 4 * units, columns, units, packed, units * col_off[k], width)
+    _microkernel.pack_panels(w_rec.reshape(-1), 0, 4 * units, columns, depth, packed, depth * col_off[k], width)
 
 
 @njit(**_JIT)
@@ -330,18 +352,29 @@ def _input_projection(x2d, w_in, pre, rows, task):
     _gemm_rows(x2d, w_in[g], pre[g], rows, task // 4)
 
 
+@njit(inline="always", **_JIT)
+def _add_to(dst, src):
+    """``dst += src`` for two 1-D arrays of the same length."""
+    for j in range(dst.shape[0]):
+        dst[j] += src[j]
+
+
 # Inlined into the time loop: as a call, its ~25 array arguments (each
 # reference-counted) cost about 0.25 us a step, a quarter of a small step.
 @njit(inline="always", **_JIT)
-def _forward_chunk(t, k, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, forget_bias,
-                   cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
-    """Step ``t`` of the units of chunk ``k``: recurrent GEMM, then the gate maths.
+def _forward_chunk(t, k, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco,
+                   forget_bias, cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
+    """Step ``t`` of the units of chunk ``k``: the GEMMs of the gates, then the gate maths.
 
-    On entry ``i_, ci_, f_, o_`` hold the step's input projections; the gate
-    maths reads them and writes the gates over them.
+    With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @ w_rec`` on the
+    micro-kernel, one accumulator per element. Otherwise ``i_, ci_, f_,
+    o_`` hold the step's input projections on entry (see
+    :func:`forward_kernel`), added to ``h_{t-1} @ w_rec``; the gate maths
+    writes the gates over them.
     """
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
+    inputs = x2d.shape[1]
     h0 = bounds[k]
     h1 = bounds[k + 1]
     hk = h1 - h0
@@ -351,9 +384,22 @@ def _forward_chunk(t, k, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, 
     h_src = h_prev if t == 0 else h_[t - 1]
     if batch == 1:  # a vector-matrix product (see pack_recurrent)
         np.dot(h_src[0], w_rec[units * c0:units * (c0 + width)].reshape((units, width)), gk[0])
+    elif fused:
+        panels = width // _microkernel.panel_width_of(w_rec)
+        _microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * c0, inputs,
+                                 panels, work, batch * c0, width)
+        _microkernel.gemm_panels_add(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units, panels, work,
+                                     batch * c0, width)
     else:
         _microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units,
                                  width // _microkernel.panel_width_of(w_rec), work, batch * c0, width)
+    if not fused:  # add the input projection
+        for b in range(batch):
+            g = gk[b]
+            _add_to(g[blocks[0] * hk:(blocks[0] + 1) * hk], i_[t, b, h0:h1])
+            _add_to(g[blocks[1] * hk:(blocks[1] + 1) * hk], ci_[t, b, h0:h1])
+            _add_to(g[blocks[2] * hk:(blocks[2] + 1) * hk], f_[t, b, h0:h1])
+            _add_to(g[blocks[3] * hk:(blocks[3] + 1) * hk], o_[t, b, h0:h1])
     # Gate g of the chunk's units: columns blocks[g] * hk .. of the chunk's
     # GEMM result, and blocks[g] * H + h0 .. of the bias. Every array is
     # sliced to the chunk, so that the unit loop indexes from 0 (no
@@ -374,7 +420,7 @@ def _forward_chunk(t, k, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, 
         ci_r, co_r, h_r = ci_[t, b, h0:h1], co_[t, b, h0:h1], h_[t, b, h0:h1]
         for j in range(hk):
             i, ci, f, o, cs, co, h = forward_unit(
-                gi[j] + i_r[j] + bi[j], gc[j] + ci_r[j] + bc[j], gf[j] + f_r[j] + bf[j], go[j] + o_r[j] + bo[j],
+                gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
                 c_src[j], pi[j], pf[j], po[j], forget_bias, cell_clip, use_peephole, one,
             )
             i_r[j] = i
@@ -387,16 +433,28 @@ def _forward_chunk(t, k, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, 
 
 
 @njit(parallel=True, **_JIT)
-def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows, parallel_projection, blocks, wci,
-                   wcf, wco, forget_bias, cell_clip, use_peephole, work, i_, cs_, f_, o_, ci_, co_, h_):
+def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows,
+                   parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, use_peephole, work, i_, cs_, f_,
+                   o_, ci_, co_, h_):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
+
+    ``fused`` (:func:`fused_projection`): each step computes its gates as
+    ``x_t @ w_x + h_{t-1} @ w_rec`` on the micro-kernel, with no input
+    projection before the loop, whose ``[S, B, 4H]`` result would go to
+    memory and come back. Otherwise the input projection of all steps comes
+    first, as BLAS GEMMs into ``i_, ci_, f_, o_`` (no ``[T, B, 4H]``
+    workspace), and each step adds it to its recurrent product.
 
     Parameters
     ----------
     x2d : [S * B, I] C-contiguous array
         The inputs of the ``S = seq_len_max`` steps.
     w_in : [4, I, H] C-contiguous array
-        Input weights of the gates ``i, ci, f, o``.
+        Input weights of the gates ``i, ci, f, o`` (empty when ``fused``).
+    w_x : [4H * I] array
+        Packed input weights when ``fused`` (:func:`pack_recurrent` of
+        ``w[:I]``), else empty.
+    fused : bool
     bias : [4H] array
         Caller's layout.
     cs_prev, h_prev : [B, H] C-contiguous arrays
@@ -409,8 +467,8 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, col_off, row
         (:func:`column_offsets` with ``per_unit = 4``).
     rows : [R + 1] int64 array
     parallel_projection : bool
-        Row blocks of the input projection and whether its ``4 * R`` GEMMs
-        run in parallel (:func:`row_blocks`).
+        Row blocks of the input projection (unless ``fused``) and whether
+        its ``4 * R`` GEMMs run in parallel (:func:`row_blocks`).
     blocks : [4] int64 array
         Gate block of ``i, ci, f, o`` (:func:`gate_blocks`).
     wci, wcf, wco : [H] arrays
@@ -419,9 +477,7 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, col_off, row
     work : [B * col_off[K]] array
         Workspace of the recurrent GEMMs.
     i_, cs_, f_, o_, ci_, co_, h_ : [T, B, H] C-contiguous arrays, T >= S
-        Outputs, written for the first ``S`` steps. The input projections
-        are computed into ``i_, ci_, f_, o_`` first: no ``[T, B, 4H]``
-        workspace is needed.
+        Outputs, written for the first ``S`` steps.
     """
     one = cs_.dtype.type(1.0)
     fb = cs_.dtype.type(forget_bias)
@@ -433,8 +489,8 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, col_off, row
            o_.reshape((total, units)))
     # Helpers get int64 indices and bounds, never literals or prange's
     # unsigned index: each distinct argument type would compile them again.
-    tasks = 4 * (rows.shape[0] - 1)
-    if parallel_projection:
+    tasks = 0 if fused else 4 * (rows.shape[0] - 1)
+    if parallel_projection and tasks:
         for k in prange(tasks):
             _input_projection(x2d, w_in, pre, rows, np.int64(k))
     else:  # small: no parallel region (each costs a barrier)
@@ -443,12 +499,12 @@ def forward_kernel(x2d, w_in, bias, cs_prev, h_prev, w_rec, bounds, col_off, row
     num_chunks = bounds.shape[0] - 1
     for t in range(steps):
         if num_chunks == 1:
-            _forward_chunk(t, num_chunks - 1, bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf,
-                           wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+            _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks,
+                           work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         else:
             for k in prange(num_chunks):
-                _forward_chunk(t, np.int64(k), bounds, col_off, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf,
-                               wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                _forward_chunk(t, np.int64(k), bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec,
+                               blocks, work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
 
 
 @njit(inline="always", **_JIT)  # inlined, as _forward_chunk
@@ -686,16 +742,23 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     bounds = step_chunks(batch, units)
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
-    # [4, I, H]: the input weights of the gates i, ci, f, o.
-    w_in = np.ascontiguousarray(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
     col_off = column_offsets(bounds, 4, batch, dtype)
     work = np.empty(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
+    fused = fused_projection(batch, inputs, dtype)
+    if fused:
+        w_in = np.empty((4, 0, 0), dtype)
+        projection = (_split(rows, 1), False)
+    else:
+        # [4, I, H]: the input weights of the gates i, ci, f, o.
+        w_in = c(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
+        projection = row_blocks(rows, inputs * 4 * units)
     with kernel_section():
         w_rec = pack_recurrent(w[inputs:], bounds, col_off, batch)
-        forward_kernel(x2d, w_in, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off,
-                       *row_blocks(rows, inputs * 4 * units), gate_blocks(layout), c(wci), c(wcf), c(wco),
-                       float(forget_bias), float(cell_clip), bool(use_peephole), work, *outs)
+        w_x = pack_recurrent(w[:inputs], bounds, col_off, batch) if fused else np.empty(0, dtype)
+        forward_kernel(x2d, w_in, w_x, fused, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off, *projection,
+                       gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
+                       bool(use_peephole), work, *outs)
     return outs
 
 

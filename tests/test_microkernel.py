@@ -46,6 +46,27 @@ def test_gemm_panels_matches_numpy(shape, dtype):
     assert np.isnan(c[0]).all() and np.isnan(c[1:, panels * width:]).all(), "wrote outside the result block"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_panels_add_continues_each_accumulator(dtype):
+    """``C = A1 @ B1`` then ``C += A2 @ B2``: the bits of one product over the joined K."""
+    rng = np.random.default_rng(9)
+    width = mk.panel_width(dtype)
+    rows, k1, k2 = 11, 13, 29
+    a = rng.standard_normal((rows, k1 + k2)).astype(dtype)
+    b = rng.standard_normal((k1 + k2, 2 * width)).astype(dtype)
+    joined, panels = _pack(b, width, offset=0)
+    first, _ = _pack(b[:k1], width, offset=0)
+    second, _ = _pack(b[k1:], width, offset=0)
+    a1, a2 = np.ascontiguousarray(a[:, :k1]), np.ascontiguousarray(a[:, k1:])
+    ldc = panels * width
+    whole = np.empty((rows, ldc), dtype)
+    mk.gemm_panels(a.reshape(-1), 0, k1 + k2, rows, joined, 0, k1 + k2, panels, whole.reshape(-1), 0, ldc)
+    parts = np.empty((rows, ldc), dtype)
+    mk.gemm_panels(a1.reshape(-1), 0, k1, rows, first, 0, k1, panels, parts.reshape(-1), 0, ldc)
+    mk.gemm_panels_add(a2.reshape(-1), 0, k2, rows, second, 0, k2, panels, parts.reshape(-1), 0, ldc)
+    np.testing.assert_array_equal(parts, whole)
+
+
 def test_results_do_not_depend_on_the_row_tiling():
     """Each element is one accumulator over k in order: a row gives the same bits alone or in a tile."""
     rng = np.random.default_rng(7)

@@ -142,6 +142,30 @@ def test_incoming_gradients_past_seq_len_max_are_ignored():
     assert not g1.x_grad[3:].any()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [1, 3, 9])
+def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch):
+    # With B > 1 and a short input (cpu.fused_projection) each step computes
+    # its own input projection; otherwise it comes before the time loop.
+    # Force each way on the same problem: both match the reference.
+    from nblstm import cpu
+
+    rng = np.random.default_rng(6)
+    p = make_problem(rng, 5, batch, 7, 6, dtype)
+    options = dict(seq_len_max=4, forget_bias=0.5, cell_clip=0.8, use_peephole=True, layout="icfo")
+    expected = ref.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], p["wci"], p["wcf"], p["wco"], 4, 0.5,
+                              0.8, True, "icfo")
+    seen = []
+    for limit in (0, 1 << 30):
+        monkeypatch.setattr(cpu, "_FUSED_PANEL_BYTES", limit)
+        seen.append(cpu.fused_projection(batch, 7, dtype))
+        out = nblstm.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], p["wci"], p["wcf"], p["wco"],
+                                **options)
+        for name in out._fields:
+            assert_close(getattr(out, name), expected[name], dtype, name=name)
+    assert seen == [False, batch > 1]
+
+
 def test_outputs_past_seq_len_max_are_zero_in_recycled_memory():
     # The outputs are not zero-filled allocations: fill memory of the same
     # sizes with NaN and free it first, so that the allocator hands it back.
