@@ -247,10 +247,11 @@ def fused_projection(batch_size, inputs, dtype):
 
     With ``B > 1``, when a panel of the packed input weights (``I x P``)
     fits in 32 KiB of L1: ``I <= 256`` in float32 and float64. Measured
-    against the projection as BLAS GEMMs before the loop: 0.93x the time at
-    ``(50, 32, 256, 256)``, but 1.07x at ``I = H = 512`` and 1.16x at
-    ``I = H = 1024``, where the micro-kernel streams longer panels from L2
-    and packing ``w[:I]`` at every call costs more.
+    against the projection as BLAS GEMMs before the loop: 0.97x the time at
+    ``(50, 32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``, but about
+    1.07x at ``I = H = 512`` and 1.17x at ``I = H = 1024``, where the
+    micro-kernel streams longer panels from L2 and packing ``w[:I]`` at
+    every call costs more.
     """
     return batch_size > 1 and inputs * _microkernel.panel_width(dtype) * np.dtype(dtype).itemsize <= _FUSED_PANEL_BYTES
 
