@@ -26,7 +26,8 @@ The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
   its slice, then the gate maths of that slice. With ``B > 1`` the GEMM is
   :mod:`nblstm._microkernel`'s, on each chunk's weights packed in panels
   once per weight change (:class:`PackedWeights`); with ``B = 1`` it is
-  BLAS's matrix-vector product.
+  BLAS's matrix-vector product. The same goes for the backward's
+  ``dm = d_gates @ w_h^T``.
   With a projection a second region per step computes ``m`` (its columns
   split across threads): ``m`` needs every unit's ``r``.
 - Backward keeps only the recurrent GEMMs (and the peephole gradients) in
@@ -286,9 +287,9 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
 
 
 @njit(**_JIT)
-def _backward_m(t, p0, p1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on, has_proj,
-                one, dm, dm_raw):
-    """Step ``t`` (backwards) of the output-state columns ``p0..p1-1``.
+def _backward_m(t, p0, p1, col0, col1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on,
+                has_proj, one, dm, dm_raw):
+    """Step ``t`` (backwards) of the output-state columns ``p0..p1-1`` (packed ``col0..col1-1``).
 
     ``dm`` holds the gradient of ``m[t]`` from later steps. Rows that were
     active at ``t + 1`` receive it from that step's gate gradients; the
@@ -302,10 +303,15 @@ def _backward_m(t, p0, p1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_
     four_units = d_gates.shape[2]
     pk = p1 - p0
     zero = one - one
-    gk = work[batch * p0:batch * p1].reshape((batch, pk))
+    width = col1 - col0
+    gk = work[batch * col0:batch * col1].reshape((batch, width))
     if t + 1 < steps:
-        wk = w_rec_t[four_units * p0:four_units * p1].reshape((four_units, pk))
-        np.dot(d_gates[t + 1], wk, gk)
+        if batch == 1:
+            np.dot(d_gates[t + 1], w_rec_t[four_units * col0:four_units * col1].reshape((four_units, width)), gk)
+        else:  # on the micro-kernel's panels (PackedWeights)
+            _microkernel.gemm_panels(d_gates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, w_rec_t,
+                                     four_units * col0, four_units, width // _microkernel.panel_width_of(w_rec_t),
+                                     work, batch * col0, width)
     for b in range(batch):
         dm_r = dm[b, p0:p1]
         if t + 1 < lengths[b]:
@@ -397,7 +403,7 @@ def _backward_units(t, h0, h1, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, leng
 
 
 @njit(parallel=True, **_JIT)
-def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_t, proj_bounds, lengths,
+def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t, proj_bounds, lengths,
                     w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj,
                     work, proj_work, d_gates, dm_raw, dc, dm, w_i_grad, w_f_grad, w_o_grad):
     """The time loop of the cell's backward pass, steps ``T - 1 .. 0``.
@@ -410,9 +416,12 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_
         Saved forward values (:func:`forward_kernel`).
     d_out : [T, B, P] C-contiguous array
         Gradient of the outputs (read only at steps inside each example's length).
-    w_rec_t : [4H * P] array
+    w_rec_t : [4H * rt_off[KP]] array
         Packed transposed recurrent weights, column chunk after column chunk
-        (``proj_bounds``), each a C-ordered ``[4H, pk]`` block.
+        (``proj_bounds``) from ``4H * rt_off[k]``: the micro-kernel's panels
+        with ``B > 1``, a C-ordered ``[4H, pk]`` block with ``B = 1``.
+    rt_off : [KP + 1] int64 array
+        Where each column chunk starts in ``w_rec_t`` and ``proj_work``.
     bounds : [K + 1] int64 array
         Chunks of hidden units.
     w_proj_t : [P * H] array
@@ -427,9 +436,9 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_
     clip_on, proj_clip_on, use_peepholes, has_proj : bool
     act : int
     work : [B * H] array
-    proj_work : [B * P] array
+    proj_work : [B * rt_off[KP]] array
         Workspaces of the GEMMs.
-    d_gates : [T, B, 4H] array
+    d_gates : [T, B, 4H] C-contiguous array
         On entry the saved gates (:func:`forward_kernel`), on exit their
         gradients (of the pre-activations, packed): step ``t`` is overwritten
         once step ``t + 1`` no longer needs it, so the backward pass needs no
@@ -454,12 +463,12 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_
     for t in range(d_gates.shape[0] - 1, -1, -1):
         if has_proj:
             if num_proj_chunks == 1:
-                _backward_m(t, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
-                            has_proj, one, dm, dm_raw)
+                _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
+                            pclip, proj_clip_on, has_proj, one, dm, dm_raw)
             else:
                 for k in prange(num_proj_chunks):
-                    _backward_m(t, proj_bounds[k], proj_bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out,
-                                m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
+                    _backward_m(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
+                                proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
             if num_chunks == 1:
                 _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f,
                                 w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad,
@@ -470,8 +479,8 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_
                                     lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one,
                                     d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
         elif num_chunks == 1:
-            _backward_m(t, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
-                        has_proj, one, dm, dm_raw)
+            _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip,
+                        proj_clip_on, has_proj, one, dm, dm_raw)
             _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
                             clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
                             w_o_grad)
@@ -479,19 +488,19 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, bounds, w_proj_
             # Without a projection unit j's output is column j of m: both
             # phases of a chunk touch only its own columns, one region a step.
             for k in prange(num_chunks):
-                _backward_m(t, bounds[k], bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip,
-                            proj_clip_on, has_proj, one, dm, dm_raw)
+                _backward_m(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t, proj_work, lengths,
+                            d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
                 _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
                                 lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates,
                                 dc, w_i_grad, w_f_grad, w_o_grad)
     # The gradient of m0 from the first step's gate gradients (``t = -1``).
     if num_proj_chunks == 1:
-        _backward_m(lo - 1, lo, depth, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on,
-                    has_proj, one, dm, dm_raw)
+        _backward_m(lo - 1, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip,
+                    proj_clip_on, has_proj, one, dm, dm_raw)
     else:
         for k in prange(num_proj_chunks):
-            _backward_m(lo - 1, proj_bounds[k], proj_bounds[k + 1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
-                        pclip, proj_clip_on, has_proj, one, dm, dm_raw)
+            _backward_m(lo - 1, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
+                        proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
 
 
 @njit(**_JIT)
@@ -662,7 +671,17 @@ class PackedWeights:
             # Without a projection both backward phases share the unit chunks.
             self.proj_bounds = self.bounds
             self.w_proj = self.w_proj_t = np.zeros(0, dtype)
-        self.w_rec_t = _column_chunks(w_h.T, self.proj_bounds, 1)
+        # The backward's w_h^T by column chunks, in panels as w_rec with B > 1.
+        self.rt_off = column_offsets(self.proj_bounds, 1, max(batch_size, 1), dtype)
+        if self.panels:
+            w_t = np.ascontiguousarray(w_h.T)  # [4H, P]
+            self.w_rec_t = np.empty(4 * units * int(self.rt_off[-1]), dtype)
+            for k, (p0, p1) in enumerate(zip(self.proj_bounds[:-1].tolist(), self.proj_bounds[1:].tolist())):
+                _microkernel.pack_panels(w_t.reshape(-1), p0, depth, np.arange(p1 - p0, dtype=np.int64), 4 * units,
+                                         self.w_rec_t, 4 * units * int(self.rt_off[k]),
+                                         _microkernel.panel_width(dtype))
+        else:
+            self.w_rec_t = _column_chunks(w_h.T, self.proj_bounds, 1)
         zeros = np.zeros(units, dtype)
         self.peepholes = tuple(np.ascontiguousarray(weights.get(n, zeros))
                                for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
@@ -802,7 +821,7 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         saved["gates"] = None
         dm_raw = np.empty((steps, batch, depth), dtype)
         work = np.empty(batch * units, dtype)
-        proj_work = np.empty(batch * depth, dtype)
+        proj_work = np.empty(batch * int(packed.rt_off[-1]), dtype)
         lengths = c(lengths, np.int64)
         x_rows = row_bounds(rows, (2 * inputs + 2 * depth) * 4 * units)
         num_blocks = x_rows.shape[0] - 1
@@ -815,7 +834,8 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         partial_p = np.empty((num_blocks, *d_proj.shape), dtype)
         with kernel_section():
             backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["m_raw"],
-                            c(d_out, dtype), packed.w_rec_t, packed.bounds, packed.w_proj_t, packed.proj_bounds,
+                            c(d_out, dtype), packed.w_rec_t, packed.rt_off, packed.bounds, packed.w_proj_t,
+                            packed.proj_bounds,
                             lengths, *packed.peepholes, *_clip_args(cell_clip),
                             *_clip_args(proj_clip if packed.has_proj else None), int(act), packed.use_peepholes,
                             packed.has_proj, work, proj_work, d_gates, dm_raw, dc, dm, *peephole_grads)

@@ -259,6 +259,22 @@ def test_one_cell_runs_batch_one_and_larger_batches():
         np.testing.assert_allclose(outputs, r_out, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(final.c, r_c, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(final.h, r_m, rtol=1e-12, atol=1e-14)
+    # Gradients: the batch with zero cotangents on every row but the first
+    # gives the batch-1 gradients.
+    one = LSTMStateTuple(state.c[:1], state.h[:1])
+    (out1, _), back1 = cell.vjp(x[:, :1], one)
+    r = rng.standard_normal(out1.shape)
+    d_x1, d_s1, d_w1 = back1(r)
+    (out_b, _), back_b = cell.vjp(x, state)
+    r_b = np.zeros(out_b.shape)
+    r_b[:, :1] = r
+    d_xb, d_sb, d_wb = back_b(r_b)
+    np.testing.assert_allclose(d_xb[:, :1], d_x1, rtol=1e-12, atol=1e-14)
+    assert not d_xb[:, 1:].any()
+    np.testing.assert_allclose(d_sb.c[:1], d_s1.c, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(d_sb.h[:1], d_s1.h, rtol=1e-12, atol=1e-14)
+    for name in d_w1:
+        np.testing.assert_allclose(d_wb[name], d_w1[name], rtol=1e-12, atol=1e-14, err_msg=name)
 
 
 def test_empty_sequence_and_batch():
