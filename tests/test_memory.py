@@ -5,7 +5,9 @@ one copy of the weights (repacked for the kernels) and ``O(B x 4H)``
 workspace; a backward call needs its gradients, one ``[T, B, 4H]`` buffer
 (the gate gradients), one partial weight gradient per numba thread but the
 first, and one ``[H, 4H]`` product (step 0's share of the recurrent weight
-gradient, with ``h_prev``). Nothing scales with ``T`` beyond that. Numba's
+gradient, with ``h_prev``). The gate gradients and partial weight gradients
+are kept per Python thread from one backward call to the next, so a second
+call of the same shape allocates less than the bound. Nothing scales with ``T`` beyond that. Numba's
 own allocations go through Python's raw allocator, so ``tracemalloc`` sees
 them too.
 """
