@@ -139,28 +139,23 @@ _tile_add = make_tile(_LANES32, TILE_ROWS, _VECTORS, accumulate=True)
 
 
 @njit(**_JIT)
-def gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc):
-    """``C = A @ Bp`` on flat arrays: ``A`` is ``rows x k`` (row stride ``lda``
-    from ``a_off``), ``Bp`` is ``panels`` packed panels ``[k, P]`` from
-    ``bp_off``, ``C`` is ``rows x panels * P`` (row stride ``ldc`` from
-    ``c_off``). Each panel is used for every row tile while it is in L1."""
+def gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc, accumulate=False):
+    """``C = A @ Bp`` (``C += A @ Bp`` with ``accumulate``) on flat arrays:
+    ``A`` is ``rows x k`` (row stride ``lda`` from ``a_off``), ``Bp`` is
+    ``panels`` packed panels ``[k, P]`` from ``bp_off``, ``C`` is
+    ``rows x panels * P`` (row stride ``ldc`` from ``c_off``). Each panel is
+    used for every row tile while it is in L1. Accumulating continues each
+    element's accumulator from ``C``: the bits of one product over the
+    joined ``K``."""
     width = panel_width_of(c)
     for q in range(panels):
         for r0 in range(0, rows, TILE_ROWS):
-            _tile(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width, k,
-                  min(TILE_ROWS, rows - r0))
-
-
-@njit(**_JIT)
-def gemm_panels_add(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc):
-    """``C += A @ Bp``, as :func:`gemm_panels` otherwise: each element's
-    accumulator continues from ``C`` (the bits of one product over the
-    joined ``K``)."""
-    width = panel_width_of(c)
-    for q in range(panels):
-        for r0 in range(0, rows, TILE_ROWS):
-            _tile_add(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width,
-                      k, min(TILE_ROWS, rows - r0))
+            if accumulate:
+                _tile_add(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width,
+                          k, min(TILE_ROWS, rows - r0))
+            else:
+                _tile(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width, k,
+                      min(TILE_ROWS, rows - r0))
 
 
 @njit(inline="always")

@@ -385,15 +385,13 @@ def _forward_chunk(t, k, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev
     h_src = h_prev if t == 0 else h_[t - 1]
     if batch == 1:  # a vector-matrix product (see pack_recurrent)
         np.dot(h_src[0], w_rec[units * c0:units * (c0 + width)].reshape((units, width)), gk[0])
-    elif fused:
-        panels = width // _microkernel.panel_width_of(w_rec)
-        _microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * c0, inputs,
-                                 panels, work, batch * c0, width)
-        _microkernel.gemm_panels_add(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units, panels, work,
-                                     batch * c0, width)
     else:
-        _microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units,
-                                 width // _microkernel.panel_width_of(w_rec), work, batch * c0, width)
+        panels = width // _microkernel.panel_width_of(w_rec)
+        if fused:
+            _microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * c0, inputs,
+                                     panels, work, batch * c0, width)
+        _microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units, panels, work,
+                                 batch * c0, width, fused)
     if not fused:  # add the input projection
         for b in range(batch):
             g = gk[b]

@@ -48,7 +48,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import _microkernel
-from .cpu import _JIT, _gemm_rows, _split, column_offsets, kernel_section, row_bounds
+from .cpu import _JIT, _MIN_PARALLEL_PACK, _gemm_rows, _split, column_offsets, kernel_section, pack_chunks, row_bounds
 from .cpu import _weight_grads_block as _fused_weight_grads_block
 from .cpu import chunk_bounds as _chunk_bounds
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
@@ -656,11 +656,12 @@ class PackedWeights:
         self.panels = batch_size > 1
         self.rec_off = column_offsets(self.bounds, 4, max(batch_size, 1), dtype)
         if self.panels:
+            # The fused ops' packing: chunk k's columns [i | j | f | o] of the
+            # ICFO kernel, and the transposes of w_h's row chunks.
             self.w_rec = np.empty(depth * int(self.rec_off[-1]), dtype)
-            flat = w_h.reshape(-1)
-            for k, (h0, h1) in enumerate(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())):
-                _microkernel.pack_panels(flat, 4 * h0, 4 * units, np.arange(4 * (h1 - h0), dtype=np.int64), depth,
-                                         self.w_rec, depth * int(self.rec_off[k]), _microkernel.panel_width(dtype))
+            with kernel_section():
+                pack_chunks(np.ascontiguousarray(kernel[input_depth:]), self.bounds, self.rec_off, self.w_rec, False,
+                            w_h.size >= _MIN_PARALLEL_PACK)
         else:
             self.w_rec = _column_chunks(w_h, self.bounds, 4)
         if self.has_proj:
@@ -674,12 +675,9 @@ class PackedWeights:
         # The backward's w_h^T by column chunks, in panels as w_rec with B > 1.
         self.rt_off = column_offsets(self.proj_bounds, 1, max(batch_size, 1), dtype)
         if self.panels:
-            w_t = np.ascontiguousarray(w_h.T)  # [4H, P]
             self.w_rec_t = np.empty(4 * units * int(self.rt_off[-1]), dtype)
-            for k, (p0, p1) in enumerate(zip(self.proj_bounds[:-1].tolist(), self.proj_bounds[1:].tolist())):
-                _microkernel.pack_panels(w_t.reshape(-1), p0, depth, np.arange(p1 - p0, dtype=np.int64), 4 * units,
-                                         self.w_rec_t, 4 * units * int(self.rt_off[k]),
-                                         _microkernel.panel_width(dtype))
+            with kernel_section():
+                pack_chunks(w_h, self.proj_bounds, self.rt_off, self.w_rec_t, True, w_h.size >= _MIN_PARALLEL_PACK)
         else:
             self.w_rec_t = _column_chunks(w_h.T, self.proj_bounds, 1)
         zeros = np.zeros(units, dtype)

@@ -440,6 +440,7 @@ def _kernels(dtype):
         if t + 1 < steps:
             return row_dot(dgates[t + 1], w_rec, True, nt, rt, zero)
         return zero
+
     @cuda.jit(device=True)
     def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forget_bias, cell_clip,
                      use_peephole, bi, bc, bf, bo, out):

@@ -47,7 +47,7 @@ def test_gemm_panels_matches_numpy(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_gemm_panels_add_continues_each_accumulator(dtype):
+def test_gemm_panels_accumulate_continues_each_accumulator(dtype):
     """``C = A1 @ B1`` then ``C += A2 @ B2``: the bits of one product over the joined K."""
     rng = np.random.default_rng(9)
     width = mk.panel_width(dtype)
@@ -63,7 +63,7 @@ def test_gemm_panels_add_continues_each_accumulator(dtype):
     mk.gemm_panels(a.reshape(-1), 0, k1 + k2, rows, joined, 0, k1 + k2, panels, whole.reshape(-1), 0, ldc)
     parts = np.empty((rows, ldc), dtype)
     mk.gemm_panels(a1.reshape(-1), 0, k1, rows, first, 0, k1, panels, parts.reshape(-1), 0, ldc)
-    mk.gemm_panels_add(a2.reshape(-1), 0, k2, rows, second, 0, k2, panels, parts.reshape(-1), 0, ldc)
+    mk.gemm_panels(a2.reshape(-1), 0, k2, rows, second, 0, k2, panels, parts.reshape(-1), 0, ldc, True)
     np.testing.assert_array_equal(parts, whole)
 
 
