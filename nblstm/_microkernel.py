@@ -27,6 +27,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 _JIT = {"cache": True, "error_model": "numpy"}
+#: Panel rows per block of :func:`pack_rows` (64 rows of 32 float32 are 8 KiB).
+_PACK_BLOCK = 64
 
 
 def _tile_shape():
@@ -55,12 +57,16 @@ def padded(count, dtype):
     return -(-count // p) * p
 
 
-def make_tile(lanes32, tile_rows, vectors, accumulate=False):
-    """A micro-kernel intrinsic for ``R = tile_rows`` rows and ``P = vectors * lanes`` columns.
+def make_tile(lanes32, tile_rows, vectors, accumulate=False, panels=1):
+    """A micro-kernel intrinsic for ``R = tile_rows`` rows and ``panels`` panels of ``P = vectors * lanes`` columns.
 
     ``tile(c, c_off, ldc, a, a_off, lda, bp, bp_off, k, rows)`` computes
-    ``C[r, 0:P] = sum_k A[r, k] * Bp[k, 0:P]`` for ``r < rows <= R`` on flat
-    arrays (element offsets and row strides); with ``accumulate`` each sum
+    ``C[r, 0:Q P] = sum_k A[r, k] * Bp[k, 0:Q P]`` for ``r < rows <= R`` on flat
+    arrays (element offsets and row strides), where ``Bp`` is ``Q = panels``
+    consecutive packed panels of ``k x P`` from ``bp_off``. Several panels
+    give a single row more independent accumulators (a matrix-vector
+    product is otherwise bound by the latency of its fused multiply-adds);
+    each element's sum is the same whatever ``Q`` and ``R``. With ``accumulate`` each sum
     starts from ``C[r, 0:P]`` instead of zero (``C += A @ Bp``: one
     accumulator continued, the same bits as one product over the joined
     ``K``). Rows of ``A`` and ``C`` beyond ``rows`` are not read (the last
@@ -89,7 +95,8 @@ def make_tile(lanes32, tile_rows, vectors, accumulate=False):
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]),
                                                  f"llvm.fma.v{lanes}{'f32' if is32 else 'f64'}")
             zero = ir.Constant(vt, [ir.Constant(ft, 0.0)] * lanes)
-            accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(tile_rows)]
+            columns = panels * vectors  # accumulator vectors per row
+            accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(columns)] for _ in range(tile_rows)]
             last = builder.sub(rows_v, ir.Constant(it, 1))
             arows = []
             for r in range(tile_rows):
@@ -98,32 +105,35 @@ def make_tile(lanes32, tile_rows, vectors, accumulate=False):
                 arows.append(builder.gep(aptr, [builder.mul(r_eff, lda_v)]))
                 if accumulate:
                     crow = builder.gep(cptr, [builder.mul(r_eff, ldc_v)])
-                    for v in range(vectors):
+                    for v in range(columns):
                         src = builder.bitcast(builder.gep(crow, [ir.Constant(it, v * lanes)]), vt.as_pointer())
                         load = builder.load(src)
                         load.align = 4 if is32 else 8
                         builder.store(load, accs[r][v])
             splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
             width = ir.Constant(it, lanes * vectors)
+            panel_size = builder.mul(k_v, width)
             with cgutils.for_range(builder, k_v) as loop:
                 p = loop.index
-                row = builder.gep(bptr, [builder.mul(p, width)])
                 bvecs = []
-                for v in range(vectors):
-                    src = builder.bitcast(builder.gep(row, [ir.Constant(it, v * lanes)]), vt.as_pointer())
-                    load = builder.load(src)
-                    load.align = 4 if is32 else 8
-                    bvecs.append(load)
+                for q in range(panels):
+                    row = builder.gep(bptr, [builder.add(builder.mul(ir.Constant(it, q), panel_size),
+                                                         builder.mul(p, width))])
+                    for v in range(vectors):
+                        src = builder.bitcast(builder.gep(row, [ir.Constant(it, v * lanes)]), vt.as_pointer())
+                        load = builder.load(src)
+                        load.align = 4 if is32 else 8
+                        bvecs.append(load)
                 for r in range(tile_rows):
                     s = builder.load(builder.gep(arows[r], [p]))
                     sv = builder.insert_element(ir.Constant(vt, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
                     sv = builder.shuffle_vector(sv, ir.Constant(vt, ir.Undefined), splat_mask)
-                    for v in range(vectors):
+                    for v in range(columns):
                         builder.store(builder.call(fma, [sv, bvecs[v], builder.load(accs[r][v])]), accs[r][v])
             for r in range(tile_rows):
                 with builder.if_then(builder.icmp_signed("<", ir.Constant(it, r), rows_v)):
                     crow = builder.gep(cptr, [builder.mul(ir.Constant(it, r), ldc_v)])
-                    for v in range(vectors):
+                    for v in range(columns):
                         dst = builder.bitcast(builder.gep(crow, [ir.Constant(it, v * lanes)]), vt.as_pointer())
                         store = builder.store(builder.load(accs[r][v]), dst)
                         store.align = 4 if is32 else 8
@@ -136,6 +146,12 @@ def make_tile(lanes32, tile_rows, vectors, accumulate=False):
 
 _tile = make_tile(_LANES32, TILE_ROWS, _VECTORS)
 _tile_add = make_tile(_LANES32, TILE_ROWS, _VECTORS, accumulate=True)
+# One row, two panels at a time: a matrix-vector product (batch 1) with one
+# panel keeps only ``V`` sums in flight, and waits on each fused
+# multiply-add's latency (0.7x the time with two at K = 1024 here).
+_ROW_PANELS = 2
+_row = make_tile(_LANES32, 1, _VECTORS, panels=_ROW_PANELS)
+_row_add = make_tile(_LANES32, 1, _VECTORS, accumulate=True, panels=_ROW_PANELS)
 
 
 @njit(**_JIT)
@@ -148,7 +164,15 @@ def gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc, accum
     element's accumulator from ``C``: the bits of one product over the
     joined ``K``."""
     width = panel_width_of(c)
-    for q in range(panels):
+    q0 = 0
+    if rows == 1:
+        q0 = panels - panels % _ROW_PANELS
+        for q in range(0, q0, _ROW_PANELS):
+            if accumulate:
+                _row_add(c, c_off + q * width, ldc, a, a_off, lda, bp, bp_off + q * k * width, k, 1)
+            else:
+                _row(c, c_off + q * width, ldc, a, a_off, lda, bp, bp_off + q * k * width, k, 1)
+    for q in range(q0, panels):
         for r0 in range(0, rows, TILE_ROWS):
             if accumulate:
                 _tile_add(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width,
@@ -166,20 +190,58 @@ def panel_width_of(array):
     return (_LANES32 // 2) * _VECTORS
 
 
+# Packing: columns of a row-major matrix, or rows of one (transposed), copied
+# as runs of up to P contiguous elements into the panels; the inner loops are
+# plain copies that vectorize (a gather through an index array ran at about
+# 3.5 GB/s here).
+
+
 @njit(**_JIT)
-def pack_panels(src, src_off, row_stride, columns, rows, dst, dst_off, width):
-    """Pack ``M[k, j] = src[src_off + k * row_stride + columns[j]]`` (``k < rows``,
-    ``j < len(columns)``) into panels ``[rows, width]`` at ``dst[dst_off:]``,
-    the last one padded with zero columns."""
-    cols = columns.shape[0]
-    panels = -(-cols // width)
-    for q in range(panels):
-        j0 = q * width
-        n = min(width, cols - j0)
-        for k in range(rows):
-            d = dst_off + (q * rows + k) * width
-            s = src_off + k * row_stride
-            for j in range(n):
-                dst[d + j] = src[s + columns[j0 + j]]
-            for j in range(n, width):
-                dst[d + j] = 0
+def pack_columns(src, col0, n, dst, dst_off, j0, width):
+    """Columns ``col0 .. col0 + n - 1`` of ``src: [K, N]`` (C-contiguous) as
+    columns ``j0 .. j0 + n - 1`` of the panels ``[K, width]`` at ``dst[dst_off:]``."""
+    depth = src.shape[0]
+    u = 0
+    while u < n:
+        q = (j0 + u) // width
+        lane = j0 + u - q * width
+        m = min(width - lane, n - u)
+        base = dst_off + q * depth * width + lane
+        for r in range(depth):
+            row = src[r, col0 + u:col0 + u + m]
+            out = dst[base + r * width:base + r * width + m]
+            for v in range(m):
+                out[v] = row[v]
+        u += m
+
+
+@njit(**_JIT)
+def pack_rows(src, row0, n, dst, dst_off, j0, width):
+    """Rows ``row0 .. row0 + n - 1`` of ``src: [N, K]`` (C-contiguous) as
+    columns ``j0 .. j0 + n - 1`` of the panels ``[K, width]`` at
+    ``dst[dst_off:]``: the panels of ``src[row0:row0 + n].T``."""
+    depth = src.shape[1]
+    u = 0
+    while u < n:
+        q = (j0 + u) // width
+        lane = j0 + u - q * width
+        m = min(width - lane, n - u)
+        base = dst_off + q * depth * width + lane
+        for k0 in range(0, depth, _PACK_BLOCK):  # a block of panel rows stays in L1
+            k1 = min(k0 + _PACK_BLOCK, depth)
+            block = src[row0 + u:row0 + u + m, k0:k1]
+            for k in range(k1 - k0):
+                out = dst[base + (k0 + k) * width:base + (k0 + k) * width + m]
+                for v in range(m):
+                    out[v] = block[v, k]
+        u += m
+
+
+@njit(**_JIT)
+def zero_columns(dst, dst_off, depth, j0, width):
+    """Zero columns ``j0 ..`` up to the end of their panel, of the panels ``[depth, width]`` at ``dst[dst_off:]``."""
+    if j0 % width:
+        q = j0 // width
+        base = dst_off + q * depth * width
+        for r in range(depth):
+            dst[base + r * width + j0 - q * width:base + (r + 1) * width] = 0

@@ -14,18 +14,17 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
   is one GEMM before the time loop, computed straight into the gate outputs,
   its rows split in blocks that do not depend on the thread count (so that
   the forward pass gives the same bits on any number of threads).
-- The hidden units are split into ``K`` chunks: one per thread with
-  ``B > 1`` (the micro-kernel's results do not depend on the split), and
-  with ``B = 1`` chunks of up to about 128 units, ``K`` a multiple of 4 and
-  independent of the thread count (for the same reason). Each chunk's
+- The hidden units are split into ``K`` chunks, one per thread (the
+  micro-kernel's results do not depend on the split). Each chunk's
   recurrent weights (its ``4 * hk`` columns, gate blocks in the caller's
   order) are packed once per call in the panels of
   :mod:`nblstm._microkernel`, whose register-tiled GEMM runs the step 1.6x
-  faster than OpenBLAS, which packs the weights again at every step. Each
-  step is one parallel region in which a thread runs the recurrent GEMMs of
-  its chunks and then the gate maths of their units while they are in
-  cache; the end of the region is the step's only barrier. With ``B = 1``
-  the step is a matrix-vector product (OpenBLAS's GEMV).
+  faster than OpenBLAS, which packs the weights again at every step (and
+  its batch-1 matrix-vector product faster than OpenBLAS's GEMV, with no
+  call overhead). Each step is one parallel region in which a thread runs
+  the recurrent GEMM of its chunk and then the gate maths of its units
+  while they are in cache; the end of the region is the step's only
+  barrier.
 - Backward keeps only ``dh = dgates @ w_h^T`` in the time loop, on the
   micro-kernel with each chunk's ``w_h[h0:h1]^T`` packed once per call;
   ``x_grad`` and the weight gradients are GEMMs after it, split across
@@ -48,7 +47,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from . import _half, _microkernel
+from . import _half, _microkernel, _pool
 from ._blas import single_threaded_blas
 from .spec import GATE_BLOCKS, backward_unit, forward_unit
 
@@ -57,9 +56,6 @@ from .spec import GATE_BLOCKS, backward_unit, forward_unit
 _MIN_PARALLEL_STEP_WORK = 32768
 # Fewer hidden units than this per chunk make thin, inefficient GEMMs.
 _MIN_UNITS_PER_CHUNK = 8
-# Hidden units per chunk of the forward's batch-1 time loop (step_chunks):
-# more chunks than that, each a separate GEMV call, measured slower here.
-_UNITS_PER_CHUNK = 128
 # Largest panel of packed input weights for which a step computes its own
 # input projection (fused_projection).
 _FUSED_PANEL_BYTES = 32 * 1024
@@ -199,18 +195,14 @@ def gate_blocks(layout):
 
 
 def step_chunks(batch_size, num_units):
-    """Split the hidden units of the forward's time loop into chunks.
+    """Split the hidden units of the forward's time loop into chunks: one per thread.
 
-    With ``B > 1`` the step's GEMM is the micro-kernel, whose every result
-    element is the same however the columns are split: one chunk per thread
-    (:func:`chunk_bounds`), the fewest and largest GEMMs and gate loops
-    (0.95-0.97x the time of 4 chunks at ``B = 32, H = 256, 512`` and of 8 at
-    ``B = 64, H = 1024``). With ``B = 1`` the step is BLAS's GEMV, whose
-    results may depend on the columns of the call: the chunks do not depend
-    on the thread count (each thread takes whole chunks), so that every bit
-    of the forward pass is the same on any number of threads. Their count
-    is a multiple of 4 (even shares for 1, 2 and 4 threads), with up to
-    about ``_UNITS_PER_CHUNK`` units each. Small steps take one chunk.
+    The step's GEMM is the micro-kernel, whose every result element is the
+    same however the columns are split, so that the forward pass gives the
+    same bits on any number of threads. The fewest and largest GEMMs and
+    gate loops measured fastest (0.95-0.97x the time of 4 chunks at ``B =
+    32, H = 256, 512`` and of 8 at ``B = 64, H = 1024``). Small steps take
+    one chunk.
 
     Returns
     -------
@@ -218,24 +210,16 @@ def step_chunks(batch_size, num_units):
         ``bounds: [K + 1]`` int64; chunk ``k`` holds units
         ``bounds[k] .. bounds[k + 1] - 1``.
     """
-    if batch_size * num_units * 4 * num_units < _MIN_PARALLEL_STEP_WORK:
-        return _split(num_units, 1)
-    if batch_size > 1:
-        return chunk_bounds(batch_size, num_units)
-    chunks = 4 * max(1, round(num_units / (4 * _UNITS_PER_CHUNK)))
-    return _split(num_units, min(chunks, max(1, num_units // _MIN_UNITS_PER_CHUNK)))
+    return chunk_bounds(batch_size, num_units)
 
 
-def column_offsets(bounds, per_unit, batch_size, dtype):
+def column_offsets(bounds, per_unit, dtype):
     """``[K + 1]`` int64: where each chunk's columns start in the packed weights and workspaces.
 
     Chunk ``k`` has ``per_unit * hk`` columns (4 gates in forward, 1 unit in
-    backward), padded to a multiple of the micro-kernel's panel width when
-    ``batch_size > 1`` (:mod:`nblstm._microkernel`); with ``batch_size == 1``
-    the step is a matrix-vector product on unpadded columns.
+    backward), padded to a multiple of the micro-kernel's panel width
+    (:mod:`nblstm._microkernel`).
     """
-    if batch_size == 1:
-        return per_unit * bounds
     offsets = [0]
     for h0, h1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         offsets.append(offsets[-1] + _microkernel.padded(per_unit * (h1 - h0), dtype))
@@ -256,26 +240,18 @@ def fused_projection(batch_size, inputs, dtype):
     return batch_size > 1 and inputs * _microkernel.panel_width(dtype) * np.dtype(dtype).itemsize <= _FUSED_PANEL_BYTES
 
 
-def pack_recurrent(w_rec, bounds, col_off, batch_size):
-    """Weights ``w_rec: [D, 4H]`` as one flat array, chunk by chunk.
+def pack_recurrent(w_rec, bounds, col_off):
+    """Weights ``w_rec: [D, 4H]`` as one flat array, chunk by chunk, in the micro-kernel's panels.
 
     The recurrent weights (``D = H``), and the input weights (``D = I``)
     when the steps compute their input projections
     (:func:`fused_projection`). Chunk ``k`` holds the ``4 * hk`` columns of its
     units, gate block after gate block in the caller's order, at
-    ``D * col_off[k]`` (:func:`column_offsets` with ``per_unit = 4``). With
-    ``batch_size > 1`` they are packed in the micro-kernel's panels (``[D,
-    P]`` blocks of ``P`` columns, zero-padded), the step's right operand;
-    with ``batch_size == 1`` the chunk is a plain ``[H, 4 * hk]`` matrix for
-    a matrix-vector product. Callers run it inside :func:`kernel_section`.
+    ``D * col_off[k]`` (:func:`column_offsets` with ``per_unit = 4``), in
+    ``[D, P]`` panels of ``P`` columns, zero-padded: the step's right
+    operand. Callers run it inside :func:`kernel_section`.
     """
-    units = w_rec.shape[0]
-    packed = np.empty(units * int(col_off[-1]), w_rec.dtype)
-    if batch_size == 1:
-        w_g = w_rec.reshape(units, 4, units)
-        for h0, h1 in zip(bounds[:-1], bounds[1:]):  # copied in place: no temporary
-            packed[4 * units * h0:4 * units * h1].reshape(units, 4, h1 - h0)[...] = w_g[:, :, h0:h1]
-        return packed
+    packed = np.empty(w_rec.shape[0] * int(col_off[-1]), w_rec.dtype)
     pack_chunks(np.ascontiguousarray(w_rec), bounds, col_off, packed, False, w_rec.size >= _MIN_PARALLEL_PACK)
     return packed
 
@@ -287,11 +263,10 @@ def _pack_forward_chunk(w_rec, bounds, col_off, packed, k):
     units = w_rec.shape[1] // 4
     h0 = bounds[k]
     hk = bounds[k + 1] - h0
-    columns = np.empty(4 * hk, np.int64)
-    for j in range(4 * hk):
-        columns[j] = (j // hk) * units + h0 + j % hk
     width = _microkernel.panel_width_of(packed)
-    _microkernel.pack_panels(w_rec.reshape(-1), 0, 4 * units, columns, depth, packed, depth * col_off[k], width)
+    for g in range(4):
+        _microkernel.pack_columns(w_rec, g * units + h0, hk, packed, depth * col_off[k], g * hk, width)
+    _microkernel.zero_columns(packed, depth * col_off[k], depth, 4 * hk, width)
 
 
 @njit(**_JIT)
@@ -300,11 +275,9 @@ def _pack_backward_chunk(w_rec, bounds, col_off, packed, k):
     gates = w_rec.shape[1]
     h0 = bounds[k]
     hk = bounds[k + 1] - h0
-    columns = np.empty(hk, np.int64)
-    for u in range(hk):
-        columns[u] = u * gates
     width = _microkernel.panel_width_of(packed)
-    _microkernel.pack_panels(w_rec.reshape(-1), h0 * gates, 1, columns, gates, packed, gates * col_off[k], width)
+    _microkernel.pack_rows(w_rec, h0, hk, packed, gates * col_off[k], 0, width)
+    _microkernel.zero_columns(packed, gates * col_off[k], gates, hk, width)
 
 
 @njit(**_JIT)
@@ -383,15 +356,12 @@ def _forward_chunk(t, k, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev
     width = col_off[k + 1] - c0
     gk = work[batch * c0:batch * (c0 + width)].reshape((batch, width))
     h_src = h_prev if t == 0 else h_[t - 1]
-    if batch == 1:  # a vector-matrix product (see pack_recurrent)
-        np.dot(h_src[0], w_rec[units * c0:units * (c0 + width)].reshape((units, width)), gk[0])
-    else:
-        panels = width // _microkernel.panel_width_of(w_rec)
-        if fused:
-            _microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * c0, inputs,
-                                     panels, work, batch * c0, width)
-        _microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units, panels, work,
-                                 batch * c0, width, fused)
+    panels = width // _microkernel.panel_width_of(w_rec)
+    if fused:
+        _microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * c0, inputs,
+                                 panels, work, batch * c0, width)
+    _microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units, panels, work,
+                             batch * c0, width, fused)
     if not fused:  # add the input projection
         for b in range(batch):
             g = gk[b]
@@ -507,7 +477,7 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
 
 
 @njit(inline="always", **_JIT)  # inlined, as _forward_chunk
-def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, w_rec_t, blocks,
+def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks,
                     dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
     """Step ``t`` (backwards) of the units of chunk ``k``."""
     batch, units = cs_prev.shape
@@ -520,8 +490,6 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
     gates = 4 * units
     if t + 1 >= dgates.shape[0]:
         dhk[:] = 0
-    elif batch == 1:  # a matrix-vector product
-        np.dot(w_rec[h0:h1], dgates[t + 1, 0], dhk[0, :hk])
     else:  # dh = dgates[t + 1] @ w_rec[h0:h1]^T, on the packed transposes
         _microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * gates, gates, batch, w_rec_t, gates * c0, gates,
                                  width // _microkernel.panel_width_of(w_rec_t), work, batch * c0, width)
@@ -560,8 +528,8 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
 
 
 @njit(parallel=True, **_JIT)
-def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, w_rec_t, bounds, col_off, blocks, wci,
-                    wcf, wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
+def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, col_off, blocks, wci, wcf,
+                    wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
     """The time loop of the backward pass, steps ``S - 1 .. 0``.
 
     Parameters
@@ -571,12 +539,9 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
         Forward outputs (trusted, not recomputed).
     cs_grad, h_grad : [T, B, H] C-contiguous arrays
         Incoming gradients; steps ``>= S`` are not read.
-    w_rec : [H, 4H] C-contiguous array
-        Recurrent weights (the last ``H`` rows of ``w``), caller's layout;
-        read when ``B == 1``.
     w_rec_t : [4H * col_off[K]] array
         The chunks' ``w_rec[h0:h1].T`` packed in panels
-        (:func:`pack_chunks`); read when ``B > 1`` (empty when ``S = 1``: nothing is carried).
+        (:func:`pack_chunks`); empty when ``S = 1`` (nothing is carried).
     bounds : [K + 1] int64 array
     col_off : [K + 1] int64 array
         :func:`column_offsets` with ``per_unit = 1``.
@@ -597,12 +562,12 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, 
     for t in range(dgates.shape[0] - 1, -1, -1):
         if num_chunks == 1:
             _backward_chunk(t, num_chunks - 1, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                            w_rec, w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                            w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
                             wcf_grad, wco_grad)
         else:
             for k in prange(num_chunks):
                 _backward_chunk(t, np.int64(k), bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                                w_rec, w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                                w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
                                 wcf_grad, wco_grad)
 
 
@@ -733,7 +698,7 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     # largest block it has freed, so a training loop neither faults the
     # outputs' pages in 4 KiB at a time nor returns them to the kernel after
     # every call. The kernel writes every step below seq_len_max.
-    block = np.empty((7, steps, batch, units), dtype)
+    block = _pool.empty((7, steps, batch, units), dtype)
     block[:, seq_len_max:] = 0
     outs = list(block)
     if seq_len_max == 0 or batch == 0:
@@ -741,7 +706,7 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     bounds = step_chunks(batch, units)
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
-    col_off = column_offsets(bounds, 4, batch, dtype)
+    col_off = column_offsets(bounds, 4, dtype)
     work = np.empty(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
     fused = fused_projection(batch, inputs, dtype)
@@ -753,8 +718,8 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
         w_in = c(w[:inputs].reshape(inputs, 4, units).transpose(1, 0, 2)[list(GATE_BLOCKS[layout])])
         projection = row_blocks(rows, inputs * 4 * units)
     with kernel_section():
-        w_rec = pack_recurrent(w[inputs:], bounds, col_off, batch)
-        w_x = pack_recurrent(w[:inputs], bounds, col_off, batch) if fused else np.empty(0, dtype)
+        w_rec = pack_recurrent(w[inputs:], bounds, col_off)
+        w_x = pack_recurrent(w[:inputs], bounds, col_off) if fused else np.empty(0, dtype)
         forward_kernel(x2d, w_in, w_x, fused, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off, *projection,
                        gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
                        bool(use_peephole), work, *outs)
@@ -794,18 +759,17 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     dc = np.zeros((batch, units), dtype)
     peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
     bounds = chunk_bounds(batch, units)
-    col_off = column_offsets(bounds, 1, batch, dtype)
+    col_off = column_offsets(bounds, 1, dtype)
     if dgates is None:
         dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
     work = np.empty(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
-    w_rec = c(w_rec)
-    carried = batch > 1 and seq_len_max > 1  # a step carries dh from the next one, on the micro-kernel
+    carried = seq_len_max > 1  # a step carries dh from the next one, on the micro-kernel
     w_rec_t = np.empty(4 * units * int(col_off[-1]) if carried else 0, dtype)
     if carried:
-        pack_chunks(w_rec, bounds, col_off, w_rec_t, True, w_rec.size >= _MIN_PARALLEL_PACK)
+        pack_chunks(c(w_rec), bounds, col_off, w_rec_t, True, w_rec.size >= _MIN_PARALLEL_PACK)
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
-    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec, w_rec_t, bounds, col_off,
+    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, col_off,
                     gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
     return (dgates, dc, *peephole_grads)
 

@@ -23,11 +23,10 @@ The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
 - The hidden units are split into chunks, one per thread, with the weight
   columns packed so that a chunk's ``[i | j | f | o]`` blocks are contiguous.
   Each step is one parallel region: every thread runs the recurrent GEMM of
-  its slice, then the gate maths of that slice. With ``B > 1`` the GEMM is
+  its slice, then the gate maths of that slice. The GEMM is
   :mod:`nblstm._microkernel`'s, on each chunk's weights packed in panels
-  once per weight change (:class:`PackedWeights`); with ``B = 1`` it is
-  BLAS's matrix-vector product. The same goes for the backward's
-  ``dm = d_gates @ w_h^T``.
+  once per weight change (:class:`PackedWeights`), whatever the batch.
+  The same goes for the backward's ``dm = d_gates @ w_h^T``.
   With a projection a second region per step computes ``m`` (its columns
   split across threads): ``m`` needs every unit's ``r``.
 - Backward keeps only the recurrent GEMMs (and the peephole gradients) in
@@ -154,11 +153,8 @@ def _forward_units(t, h0, h1, col0, col1, gates, bias, c0, m0, w_rec, work, leng
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
     m_src = m0 if t == 0 else m_[t - 1]
-    if batch == 1:  # a vector-matrix product on a plain [P, 4 hk] block
-        np.dot(m_src, w_rec[depth * col0:depth * col1].reshape((depth, width)), gk)
-    else:
-        _microkernel.gemm_panels(m_src.reshape(-1), 0, depth, batch, w_rec, depth * col0, depth,
-                                 width // _microkernel.panel_width_of(w_rec), work, batch * col0, width)
+    _microkernel.gemm_panels(m_src.reshape(-1), 0, depth, batch, w_rec, depth * col0, depth,
+                             width // _microkernel.panel_width_of(w_rec), work, batch * col0, width)
     if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
         _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
                       0, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
@@ -209,9 +205,8 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     bias : [4H] array
         Packed bias.
     w_rec : [P * rec_off[K]] array
-        Packed recurrent weights, chunk after chunk from ``P * rec_off[k]``:
-        the micro-kernel's panels with ``B > 1``, a C-ordered ``[P, 4 hk]``
-        block with ``B = 1`` (:class:`PackedWeights`).
+        Packed recurrent weights, chunk after chunk from ``P * rec_off[k]``,
+        in the micro-kernel's panels (:class:`PackedWeights`).
     bounds : [K + 1] int64 array
         Chunks of hidden units.
     rec_off : [K + 1] int64 array
@@ -305,13 +300,10 @@ def _backward_m(t, p0, p1, col0, col1, d_gates, w_rec_t, work, lengths, d_out, m
     zero = one - one
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
-    if t + 1 < steps:
-        if batch == 1:
-            np.dot(d_gates[t + 1], w_rec_t[four_units * col0:four_units * col1].reshape((four_units, width)), gk)
-        else:  # on the micro-kernel's panels (PackedWeights)
-            _microkernel.gemm_panels(d_gates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, w_rec_t,
-                                     four_units * col0, four_units, width // _microkernel.panel_width_of(w_rec_t),
-                                     work, batch * col0, width)
+    if t + 1 < steps:  # on the micro-kernel's panels (PackedWeights)
+        _microkernel.gemm_panels(d_gates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, w_rec_t,
+                                 four_units * col0, four_units, width // _microkernel.panel_width_of(w_rec_t),
+                                 work, batch * col0, width)
     for b in range(batch):
         dm_r = dm[b, p0:p1]
         if t + 1 < lengths[b]:
@@ -418,8 +410,7 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
         Gradient of the outputs (read only at steps inside each example's length).
     w_rec_t : [4H * rt_off[KP]] array
         Packed transposed recurrent weights, column chunk after column chunk
-        (``proj_bounds``) from ``4H * rt_off[k]``: the micro-kernel's panels
-        with ``B > 1``, a C-ordered ``[4H, pk]`` block with ``B = 1``.
+        (``proj_bounds``) from ``4H * rt_off[k]``, in the micro-kernel's panels.
     rt_off : [KP + 1] int64 array
         Where each column chunk starts in ``w_rec_t`` and ``proj_work``.
     bounds : [K + 1] int64 array
@@ -628,9 +619,7 @@ class PackedWeights:
         already in the compute dtype.
     input_depth : int
     batch_size : int
-        Decides how many chunks (threads) a step uses, and whether the
-        recurrent weights are packed for the micro-kernel (``B > 1``) or
-        for a matrix-vector product (``B = 1``).
+        Decides how many chunks (threads) a step uses.
     num_chunks : int, optional
         Force the number of chunks (tests use it to run the parallel paths on tiny shapes).
     """
@@ -649,21 +638,16 @@ class PackedWeights:
         self.w_x = np.ascontiguousarray(kp[:input_depth])  # [I, 4H] packed
         w_h = np.ascontiguousarray(kp[input_depth:])  # [P, 4H] packed
         self.bias = np.ascontiguousarray(weights["bias"][self.perm])
-        # The forward's recurrent weights: with B > 1 each chunk's 4 hk
-        # columns in the micro-kernel's panels (nblstm.cpu does the same per
-        # call; a cell keeps them until its weights change), with B = 1 a
-        # plain block for a matrix-vector product.
-        self.panels = batch_size > 1
-        self.rec_off = column_offsets(self.bounds, 4, max(batch_size, 1), dtype)
-        if self.panels:
-            # The fused ops' packing: chunk k's columns [i | j | f | o] of the
-            # ICFO kernel, and the transposes of w_h's row chunks.
-            self.w_rec = np.empty(depth * int(self.rec_off[-1]), dtype)
-            with kernel_section():
-                pack_chunks(np.ascontiguousarray(kernel[input_depth:]), self.bounds, self.rec_off, self.w_rec, False,
-                            w_h.size >= _MIN_PARALLEL_PACK)
-        else:
-            self.w_rec = _column_chunks(w_h, self.bounds, 4)
+        # The forward's recurrent weights: each chunk's 4 hk columns in the
+        # micro-kernel's panels (nblstm.cpu does the same per call; a cell
+        # keeps them until its weights change). The fused ops' packing:
+        # chunk k's columns [i | j | f | o] of the ICFO kernel, and the
+        # transposes of w_h's row chunks.
+        self.rec_off = column_offsets(self.bounds, 4, dtype)
+        self.w_rec = np.empty(depth * int(self.rec_off[-1]), dtype)
+        with kernel_section():
+            pack_chunks(np.ascontiguousarray(kernel[input_depth:]), self.bounds, self.rec_off, self.w_rec, False,
+                        w_h.size >= _MIN_PARALLEL_PACK)
         if self.has_proj:
             self.proj_bounds = chunk_bounds(max(batch_size, 1), depth, len(self.bounds) - 1)
             self.w_proj = _column_chunks(proj, self.proj_bounds, 1)
@@ -672,14 +656,11 @@ class PackedWeights:
             # Without a projection both backward phases share the unit chunks.
             self.proj_bounds = self.bounds
             self.w_proj = self.w_proj_t = np.zeros(0, dtype)
-        # The backward's w_h^T by column chunks, in panels as w_rec with B > 1.
-        self.rt_off = column_offsets(self.proj_bounds, 1, max(batch_size, 1), dtype)
-        if self.panels:
-            self.w_rec_t = np.empty(4 * units * int(self.rt_off[-1]), dtype)
-            with kernel_section():
-                pack_chunks(w_h, self.proj_bounds, self.rt_off, self.w_rec_t, True, w_h.size >= _MIN_PARALLEL_PACK)
-        else:
-            self.w_rec_t = _column_chunks(w_h.T, self.proj_bounds, 1)
+        # The backward's w_h^T by column chunks, in panels as w_rec.
+        self.rt_off = column_offsets(self.proj_bounds, 1, dtype)
+        self.w_rec_t = np.empty(4 * units * int(self.rt_off[-1]), dtype)
+        with kernel_section():
+            pack_chunks(w_h, self.proj_bounds, self.rt_off, self.w_rec_t, True, w_h.size >= _MIN_PARALLEL_PACK)
         zeros = np.zeros(units, dtype)
         self.peepholes = tuple(np.ascontiguousarray(weights.get(n, zeros))
                                for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
@@ -735,8 +716,6 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
         m_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else r_
         saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
         return saved
-    if packed.panels != (batch > 1):
-        raise ValueError(f"weights packed for {'B > 1' if packed.panels else 'B = 1'}, called with B = {batch}")
     # Every element of these is written by the kernel.
     gates = np.empty((steps, batch, 4 * units), dtype)
     c_raw_, c_, ac_, r_ = (np.empty((steps, batch, units), dtype) for _ in range(4))

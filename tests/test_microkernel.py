@@ -22,8 +22,48 @@ def _pack(b, width, offset):
     k, n = b.shape
     panels = -(-n // width)
     dst = np.full(offset + panels * k * width + 3, np.nan, b.dtype)
-    mk.pack_panels(b.reshape(-1), 0, n, np.arange(n, dtype=np.int64), k, dst, offset, width)
+    mk.pack_columns(np.ascontiguousarray(b), 0, n, dst, offset, 0, width)
+    mk.zero_columns(dst, offset, k, n, width)
     return dst, panels
+
+
+def _panels_reference(m, width):
+    """``m: [K, N]`` in panels of ``width`` columns, zero-padded, by NumPy."""
+    k, n = m.shape
+    panels = -(-n // width)
+    padded = np.zeros((k, panels * width), m.dtype)
+    padded[:, :n] = m
+    return padded.reshape(k, panels, width).transpose(1, 0, 2).reshape(-1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pack_columns_and_rows_match_numpy(dtype):
+    """Runs of columns (or of rows, transposed) at unaligned panel positions, padded with zeros;
+    nothing written outside the panels."""
+    rng = np.random.default_rng(3)
+    width = mk.panel_width(dtype)
+    offset = 5
+    src = rng.standard_normal((70, 150)).astype(dtype)
+    runs = [(3, 0, 7), (20, 7, width + 3), (140, 10 + width, 5)]  # (source start, j0, n)
+    cols = 15 + width
+    panels = -(-cols // width)
+
+    dst = np.full(offset + panels * 70 * width + 3, np.nan, dtype)
+    for start, j0, n in runs:
+        mk.pack_columns(src, start, n, dst, offset, j0, width)
+    mk.zero_columns(dst, offset, 70, cols, width)
+    expected = _panels_reference(np.concatenate([src[:, s:s + n] for s, _, n in runs], axis=1), width)
+    np.testing.assert_array_equal(dst[offset:-3], expected)
+    assert np.isnan(dst[:offset]).all() and np.isnan(dst[-3:]).all()
+
+    dst = np.full(offset + panels * 150 * width + 3, np.nan, dtype)
+    rows = [(0, 0, 7), (30, 7, width + 3), (65, 10 + width, 5)]
+    for start, j0, n in rows:
+        mk.pack_rows(src, start, n, dst, offset, j0, width)
+    mk.zero_columns(dst, offset, 150, cols, width)
+    expected = _panels_reference(np.concatenate([src[s:s + n] for s, _, n in rows]).T, width)
+    np.testing.assert_array_equal(dst[offset:-3], expected)
+    assert np.isnan(dst[:offset]).all() and np.isnan(dst[-3:]).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -68,11 +108,12 @@ def test_gemm_panels_accumulate_continues_each_accumulator(dtype):
 
 
 def test_results_do_not_depend_on_the_row_tiling():
-    """Each element is one accumulator over k in order: a row gives the same bits alone or in a tile."""
+    """Each element is one accumulator over k in order: a row gives the same bits alone (panels
+    in pairs, then the odd one) or in a tile."""
     rng = np.random.default_rng(7)
     width = mk.panel_width(np.float32)
     a = rng.standard_normal((11, 300)).astype(np.float32)
-    b = rng.standard_normal((300, 2 * width)).astype(np.float32)
+    b = rng.standard_normal((300, 3 * width)).astype(np.float32)
     bp, panels = _pack(b, width, offset=0)
     together = np.empty((11, panels * width), np.float32)
     mk.gemm_panels(a.reshape(-1), 0, 300, 11, bp, 0, 300, panels, together.reshape(-1), 0, panels * width)
@@ -104,6 +145,30 @@ def test_other_tile_shapes(tile):
         gemm(a.reshape(-1), k, rows, bp, k, panels, width, c.reshape(-1), panels * width)
         tol = 1e-5 if dtype == np.float32 else 1e-13
         np.testing.assert_allclose(c[:, :n], a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_tile_of_several_panels(accumulate):
+    """A tile over 3 consecutive panels: C[:, 0:3P] = A @ [Bp_0 Bp_1 Bp_2] (+ C)."""
+    kernel = mk.make_tile(16, 2, 2, accumulate=accumulate, panels=3)
+
+    @njit
+    def run(c, ldc, a, lda, bp, k, rows):
+        kernel(c, 0, ldc, a, 0, lda, bp, 0, k, rows)
+
+    for dtype in (np.float32, np.float64):
+        width = 2 * (16 if dtype == np.float32 else 8)
+        rng = np.random.default_rng(5)
+        a = rng.standard_normal((2, 19)).astype(dtype)
+        b = rng.standard_normal((19, 3 * width)).astype(dtype)
+        bp, _ = _pack(b, width, offset=0)
+        c0 = rng.standard_normal((2, 3 * width + 1)).astype(dtype)
+        c = c0.copy()
+        run(c.reshape(-1), 3 * width + 1, a.reshape(-1), 19, bp, 19, 2)
+        expected = a.astype(np.float64) @ b + (c0[:, :-1] if accumulate else 0)
+        tol = 1e-5 if dtype == np.float32 else 1e-13
+        np.testing.assert_allclose(c[:, :-1], expected, rtol=tol, atol=tol)
+        assert (c[:, -1] == c0[:, -1]).all()
 
 
 def test_padded_rounds_up_to_the_panel_width():

@@ -1,0 +1,89 @@
+"""The pool of large output blocks (``nblstm._pool``): memory is reused only once no array or view uses it."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import nblstm
+from nblstm import _pool
+
+
+@pytest.fixture
+def small_pool(monkeypatch):
+    """Pool blocks from 1 KiB, and start from an empty pool."""
+    monkeypatch.setattr(_pool, "MIN_BYTES", 1024)
+    _pool.clear()
+    yield
+    _pool.clear()
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def test_small_blocks_come_from_numpy():
+    a = _pool.empty((10, 10), np.float32)
+    assert a.base is None and a.flags.c_contiguous and a.dtype == np.float32
+
+
+def test_a_freed_block_is_reused(small_pool):
+    a = _pool.empty((7, 3, 64), np.float32)
+    assert a.shape == (7, 3, 64) and a.dtype == np.float32 and a.flags.writeable and a.flags.c_contiguous
+    where = _address(a)
+    del a
+    gc.collect()
+    b = _pool.empty((7, 3, 64), np.float32)
+    assert _address(b) == where
+    c = _pool.empty((7, 3, 64), np.float32)  # b is alive: fresh memory
+    assert _address(c) != where
+
+
+def test_a_view_keeps_its_block(small_pool):
+    a = _pool.empty((4, 1024), np.float64)
+    a[...] = 1.0
+    rows = list(a)  # what the forward returns: views of one block
+    where = _address(a)
+    del a
+    gc.collect()
+    b = _pool.empty((4, 1024), np.float64)
+    assert _address(b) != where, "memory still used by a view was lent again"
+    b[...] = 2.0
+    assert all((r == 1.0).all() for r in rows)
+    del rows
+    gc.collect()
+    assert _address(_pool.empty((4, 1024), np.float64)) == where
+
+
+def test_free_blocks_are_bounded(small_pool, monkeypatch):
+    monkeypatch.setattr(_pool, "MAX_FREE_BYTES", 3 * 8192)
+    blocks = [_pool.empty((1024,), np.float64) for _ in range(5)]
+    assert all(isinstance(a.base, _pool._Lease) for a in blocks)
+    del blocks
+    gc.collect()
+    assert sum(n for n, _ in _pool._free) <= 3 * 8192
+
+
+def test_forward_outputs_from_the_pool_stay_intact(small_pool):
+    """Two forwards in a row with pooled outputs: the first call's outputs are not overwritten by the second,
+    and a third call after they are freed gives the same results in recycled memory."""
+    rng = np.random.default_rng(0)
+    t, b, i, h = 5, 3, 4, 8
+    x = rng.standard_normal((t, b, i)).astype(np.float32)
+    w = (rng.standard_normal((i + h, 4 * h)) * 0.3).astype(np.float32)
+    z = np.zeros((b, h), np.float32)
+    bias = np.zeros(4 * h, np.float32)
+    first = nblstm.block_lstm(x, z, z, w, bias)
+    assert isinstance(first.h.base.base, _pool._Lease), "outputs not from the pool"
+    kept = [a.copy() for a in first]
+    second = nblstm.block_lstm(x * 2, z, z, w, bias)
+    for a, k in zip(first, kept, strict=True):
+        np.testing.assert_array_equal(a, k)
+    assert not np.array_equal(second.h, first.h)
+    where = _address(first.h)
+    del first, a
+    gc.collect()
+    third = nblstm.block_lstm(x, z, z, w, bias)
+    assert min(abs(_address(o) - where) for o in third) < 7 * t * b * h * 4, "freed block not reused"
+    for a, k in zip(third, kept, strict=True):
+        np.testing.assert_array_equal(a, k)
