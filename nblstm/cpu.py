@@ -51,7 +51,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from . import _half, _microkernel, _pool
+from . import _half, _microkernel, _pool, _sync
 from ._blas import single_threaded_blas
 from .spec import GATE_BLOCKS, backward_unit, forward_unit
 
@@ -495,14 +495,26 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
         for k in range(tasks):
             _input_projection(x2d, w_in, pre, rows, k)
     num_chunks = bounds.shape[0] - 1
-    for t in range(steps):
-        if num_chunks == 1:
+    if num_chunks == 1:
+        for t in range(steps):
             _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks,
                            work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
-        else:
-            for k in prange(num_chunks):
-                _forward_chunk(t, np.int64(k), bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec,
-                               blocks, work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+        return
+    # Every step in one parallel region (nblstm._sync): worker w takes chunk
+    # w of each step, then any chunk still unclaimed, and waits for the
+    # whole step before the next.
+    claims = np.zeros(steps * num_chunks, np.int64)
+    done = np.zeros(steps, np.int64)
+    for worker in prange(num_chunks):
+        w = np.int64(worker)
+        for t in range(steps):
+            for j in range(num_chunks):
+                k = (w + j) % num_chunks
+                if _sync.claim(claims, t, k, num_chunks):
+                    _forward_chunk(t, k, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks,
+                                   work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                    _sync.atomic_add(done, t, 1)
+            _sync.wait_for(done, t, num_chunks)
 
 
 @njit(inline="always", **_JIT)  # inlined, as _forward_chunk
@@ -588,16 +600,27 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     """
     one = dgates.dtype.type(1.0)
     num_chunks = bounds.shape[0] - 1
-    for t in range(dgates.shape[0] - 1, -1, -1):
-        if num_chunks == 1:
+    steps = dgates.shape[0]
+    if num_chunks == 1:
+        for t in range(steps - 1, -1, -1):
             _backward_chunk(t, num_chunks - 1, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
                             w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
                             wcf_grad, wco_grad)
-        else:
-            for k in prange(num_chunks):
-                _backward_chunk(t, np.int64(k), bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                                w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
-                                wcf_grad, wco_grad)
+        return
+    # One parallel region for all steps, as the forward (nblstm._sync).
+    claims = np.zeros(steps * num_chunks, np.int64)
+    done = np.zeros(steps, np.int64)
+    for worker in prange(num_chunks):
+        w = np.int64(worker)
+        for t in range(steps - 1, -1, -1):
+            for j in range(num_chunks):
+                k = (w + j) % num_chunks
+                if _sync.claim(claims, t, k, num_chunks):
+                    _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
+                                    w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                                    wcf_grad, wco_grad)
+                    _sync.atomic_add(done, t, 1)
+            _sync.wait_for(done, t, num_chunks)
 
 
 @njit(**_JIT)

@@ -46,7 +46,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from . import _microkernel
+from . import _microkernel, _sync
 from .cpu import _JIT, _MIN_PARALLEL_PACK, _gemm_rows, _split, column_offsets, kernel_section, pack_chunks, row_bounds
 from .cpu import _weight_grads_block as _fused_weight_grads_block
 from .cpu import chunk_bounds as _chunk_bounds
@@ -257,23 +257,37 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
         for r in prange(rows.shape[0] - 1):
             _gemm_rows(x2d, w_x, pre2d, rows, np.int64(r))  # not prange's unsigned index: one compile
     num_chunks = bounds.shape[0] - 1
-    num_proj_chunks = proj_bounds.shape[0] - 1
-    for t in range(steps):
-        if num_chunks == 1:
+    num_proj_chunks = proj_bounds.shape[0] - 1  # <= num_chunks
+    if num_chunks == 1:
+        for t in range(steps):
             _forward_units(t, lo, units, rec_off[0], rec_off[1], gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f,
                            w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
-        else:
-            for k in prange(num_chunks):
-                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, m0, w_rec,
-                               work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one,
-                               c_raw_, c_, ac_, r_, m_)
-        if has_proj:
-            if num_proj_chunks == 1:
+            if has_proj:
                 _forward_proj(t, lo, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
-            else:
-                for k in prange(num_proj_chunks):
-                    _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, m0, w_proj, proj_work, lengths, pclip,
-                                  proj_clip_on, m_raw_, m_)
+        return
+    # Every step in one parallel region (nblstm._sync): stage 2 t is the
+    # units of step t, stage 2 t + 1 its projection (every unit's r first).
+    claims = np.zeros(2 * steps * num_chunks, np.int64)
+    done = np.zeros(2 * steps, np.int64)
+    for worker in prange(num_chunks):
+        w = np.int64(worker)
+        for t in range(steps):
+            for j in range(num_chunks):
+                k = (w + j) % num_chunks
+                if _sync.claim(claims, 2 * t, k, num_chunks):
+                    _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, m0,
+                                   w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes,
+                                   has_proj, one, c_raw_, c_, ac_, r_, m_)
+                    _sync.atomic_add(done, 2 * t, 1)
+            _sync.wait_for(done, 2 * t, num_chunks)
+            if has_proj:
+                for j in range(num_proj_chunks):
+                    k = (w + j) % num_proj_chunks
+                    if _sync.claim(claims, 2 * t + 1, k, num_chunks):
+                        _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, m0, w_proj, proj_work, lengths,
+                                      pclip, proj_clip_on, m_raw_, m_)
+                        _sync.atomic_add(done, 2 * t + 1, 1)
+                _sync.wait_for(done, 2 * t + 1, num_proj_chunks)
 
 
 # ---------------------------------------------------------------------------
@@ -451,39 +465,46 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
     lo = bounds[0]  # 0, as an int64 (see forward_kernel)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
-    for t in range(d_gates.shape[0] - 1, -1, -1):
-        if has_proj:
-            if num_proj_chunks == 1:
-                _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
-                            pclip, proj_clip_on, has_proj, one, dm, dm_raw)
-            else:
-                for k in prange(num_proj_chunks):
-                    _backward_m(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
-                                proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
-            if num_chunks == 1:
-                _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f,
-                                w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad,
-                                w_f_grad, w_o_grad)
-            else:
-                for k in prange(num_chunks):
-                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
-                                    lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one,
-                                    d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
-        elif num_chunks == 1:
-            _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip,
-                        proj_clip_on, has_proj, one, dm, dm_raw)
+    steps = d_gates.shape[0]
+    if num_chunks == 1:
+        for t in range(steps - 1, -1, -1):
+            _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
+                        pclip, proj_clip_on, has_proj, one, dm, dm_raw)
             _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
                             clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
                             w_o_grad)
-        else:
-            # Without a projection unit j's output is column j of m: both
-            # phases of a chunk touch only its own columns, one region a step.
-            for k in prange(num_chunks):
-                _backward_m(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t, proj_work, lengths,
-                            d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
-                _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
-                                lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates,
-                                dc, w_i_grad, w_f_grad, w_o_grad)
+    else:
+        # One parallel region for all steps (nblstm._sync). With a
+        # projection, stage 2 t is the m-gradient columns of step t and stage
+        # 2 t + 1 its units (they need every column). Without one, unit j's
+        # output is column j of m: both phases of a chunk touch only its own
+        # columns, one stage a step.
+        claims = np.zeros(2 * steps * num_chunks, np.int64)
+        done = np.zeros(2 * steps, np.int64)
+        for worker in prange(num_chunks):
+            w = np.int64(worker)
+            for t in range(steps - 1, -1, -1):
+                if has_proj:
+                    for j in range(num_proj_chunks):
+                        k = (w + j) % num_proj_chunks
+                        if _sync.claim(claims, 2 * t, k, num_chunks):
+                            _backward_m(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates,
+                                        w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one,
+                                        dm, dm_raw)
+                            _sync.atomic_add(done, 2 * t, 1)
+                    _sync.wait_for(done, 2 * t, num_proj_chunks)
+                for j in range(num_chunks):
+                    k = (w + j) % num_chunks
+                    if _sync.claim(claims, 2 * t + 1, k, num_chunks):
+                        if not has_proj:
+                            _backward_m(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
+                                        proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm,
+                                        dm_raw)
+                        _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
+                                        lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one,
+                                        d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
+                        _sync.atomic_add(done, 2 * t + 1, 1)
+                _sync.wait_for(done, 2 * t + 1, num_chunks)
     # The gradient of m0 from the first step's gate gradients (``t = -1``).
     if num_proj_chunks == 1:
         _backward_m(lo - 1, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip,

@@ -8,6 +8,7 @@ import json
 import os
 import warnings
 
+import numba
 import numpy as np
 import pytest
 
@@ -759,12 +760,19 @@ def test_parallel_chunks_match_one_chunk(num_proj):
     d_out = rng.standard_normal((T, B, depth))
     d_c, d_m = rng.standard_normal((B, 5)), rng.standard_normal((B, depth))
     results = []
-    for chunks in (1, 2, 3):
-        packed = cpu_cell.PackedWeights(weights, I, B, num_chunks=chunks)
-        assert len(packed.bounds) == chunks + 1
-        saved = cpu_cell.sequence_forward(x, c0, m0, packed, lengths, 1.0, 0.7, 0.3 if num_proj else None, 0)
-        grads = cpu_cell.sequence_backward(saved, packed, d_out, d_c, d_m, 0.7, 0.3 if num_proj else None, 0)
-        results.append((cpu_cell.masked_outputs(saved), *cpu_cell.final_state(saved), *grads[:3], grads[3]))
+    threads = numba.get_num_threads()
+    # (chunks, threads): more chunks than threads, and 4 chunks on one thread: the workers of
+    # the time loops claim chunks (nblstm._sync), so one thread does them all.
+    try:
+        for chunks, n in ((1, threads), (2, threads), (3, threads), (4, 1)):
+            numba.set_num_threads(n)
+            packed = cpu_cell.PackedWeights(weights, I, B, num_chunks=chunks)
+            assert len(packed.bounds) == chunks + 1
+            saved = cpu_cell.sequence_forward(x, c0, m0, packed, lengths, 1.0, 0.7, 0.3 if num_proj else None, 0)
+            grads = cpu_cell.sequence_backward(saved, packed, d_out, d_c, d_m, 0.7, 0.3 if num_proj else None, 0)
+            results.append((cpu_cell.masked_outputs(saved), *cpu_cell.final_state(saved), *grads[:3], grads[3]))
+    finally:
+        numba.set_num_threads(threads)
     r_out, r_c, r_m = ref.run(weights, x, c0, m0, lengths, **ref_options(cell))
     np.testing.assert_allclose(results[0][0], r_out, rtol=1e-12, atol=1e-14)
     for other in results[1:]:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import nblstm
-from nblstm import _blas
+from nblstm import _blas, cpu
 from tests.test_properties import make_arrays
 
 # (T, B, I, H): one chunk; hidden units split across threads (B * H * 4H >= 32768); the input
@@ -233,6 +233,20 @@ def test_forward_does_not_depend_on_the_thread_count(shape, dtype, restore_num_t
 def test_backward_across_thread_counts_above_the_row_split(dtype, restore_num_threads):
     results = _by_thread_count(("sequence", (2, 2, 2, 256), dtype, 11))
     assert_identical(results[2][7:], results[1][7:], "backward: 1 vs 2 numba threads")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_more_chunks_than_threads(threads, monkeypatch, restore_num_threads):
+    """The time loops' workers claim the chunks of each step (nblstm._sync): with 5 chunks on fewer
+    threads, a thread takes over the chunks of workers that are not running, and no result changes."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("needs 2 numba threads")
+    job = ("sequence", CHUNKED, np.float32, 5)
+    expected = run_job(job)
+    monkeypatch.setattr(cpu, "chunk_bounds", lambda batch, units, num_chunks=None: cpu._split(units, 5))
+    numba.set_num_threads(threads)
+    got = run_job(job)
+    assert_identical(got, expected, f"5 chunks on {threads} thread(s)")
 
 
 def _resident_bytes():

@@ -1,0 +1,100 @@
+"""Step synchronisation inside one parallel region, for the kernels' time loops.
+
+A time loop with one parallel region per step pays numba's region launch
+and join at every step (about 2 us here, a sixth of a batch-1 step). The
+loops instead run all steps inside one region, each worker taking the
+chunks of hidden units of a step and waiting until every chunk of the step
+is done before the next one.
+
+Nothing assumes that the region's iterations run concurrently (a threading
+layer may run them one after the other on one thread, or start some late):
+the chunks of a step are claimed, not assigned. A worker first claims its
+own chunk, so that in the usual case every thread keeps the weights of one
+chunk in its cache, then claims whatever chunk of the step is still
+unclaimed. A worker alone does every chunk itself; a stalled thread's chunk
+is taken over by another. Chunk results do not depend on which thread
+computes them.
+
+The counters are ``int64`` arrays updated with sequentially consistent
+atomic adds (LLVM ``atomicrmw``): a chunk's writes happen before its
+``done`` increment, and the waiters read ``done`` with an acquire load.
+"""
+
+import llvmlite.binding as llb
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: Spins (each a ``pause`` on x86) before a waiter starts yielding its core.
+_SPINS_BEFORE_YIELD = 1 << 12
+
+_X86 = llb.get_process_triple().startswith(("x86_64", "i686", "i386"))
+
+
+def _element_pointer(context, builder, array_type, array, index):
+    data = context.make_array(array_type)(context, builder, array).data
+    return builder.gep(data, [index])
+
+
+@intrinsic
+def atomic_add(typingctx, counters, index, value):
+    """``counters[index] += value`` atomically (sequentially consistent); returns the old value."""
+    if not (isinstance(counters, types.Array) and counters.dtype == types.int64):
+        return None
+    sig = types.int64(counters, types.intp, types.int64)
+
+    def codegen(context, builder, signature, args):
+        ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def atomic_load(typingctx, counters, index):
+    """``counters[index]`` read with acquire ordering."""
+    if not (isinstance(counters, types.Array) and counters.dtype == types.int64):
+        return None
+    sig = types.int64(counters, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.load_atomic(ptr, "acquire", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def _relax(typingctx, spins):
+    """One wait of a spin loop: ``pause`` (x86), and ``sched_yield`` once ``spins`` is large."""
+    sig = types.void(types.int64)
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            pause = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                   "llvm.x86.sse2.pause")
+            builder.call(pause, [])
+        threshold = ir.Constant(args[0].type, _SPINS_BEFORE_YIELD)
+        with builder.if_then(builder.icmp_signed(">=", args[0], threshold), likely=False):
+            sched_yield = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []),
+                                                         "sched_yield")
+            builder.call(sched_yield, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def wait_for(counters, index, target):
+    """Spin until ``counters[index] >= target``."""
+    spins = 0
+    while atomic_load(counters, index) < target:
+        spins += 1
+        _relax(spins)
+
+
+@njit(inline="always")
+def claim(claims, step, chunk, num_chunks):
+    """Whether this worker is the first to claim chunk ``chunk`` of step ``step``."""
+    return atomic_add(claims, step * num_chunks + chunk, 1) == 0
