@@ -49,7 +49,7 @@ import threading
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from . import _half, _microkernel, _pool, _sync
 from ._blas import single_threaded_blas
@@ -86,11 +86,10 @@ _workqueue_lock = threading.RLock()  # kernel sections nest (a pack inside a for
 class _Scratch(threading.local):
     """Each Python thread's scratch buffers, kept from one call to the next.
 
-    The backward's gate gradients ``[T, B, 4H]`` and partial weight
-    gradients never leave it. Allocated afresh, they are the largest blocks
-    freed by a training step, and glibc then returns the top of its heap to
-    the system and faults it in again at the next call (thousands of page
-    faults at ``(50, 32, 256, 256)``). A thread keeps the largest buffer of
+    The backward's gate gradients ``[T, B, 4H]`` never leave it. Allocated
+    afresh, they are the largest block freed by a training step, and glibc
+    then returns the top of its heap to the system and faults it in again
+    at the next call (thousands of page faults at ``(50, 32, 256, 256)``). A thread keeps the largest buffer of
     each kind it has needed; it is freed with the thread.
     """
 
@@ -169,6 +168,14 @@ def chunk_bounds(batch_size, num_units, num_chunks=None):
         else:
             num_chunks = min(numba.get_num_threads(), max(1, num_units // _MIN_UNITS_PER_CHUNK))
     return _split(num_units, num_chunks)
+
+
+def block_bounds(count, num_blocks):
+    """``[num_blocks + 1]`` int64: ``range(count)`` split evenly, with empty blocks when ``count < num_blocks``."""
+    bounds = _split(count, num_blocks)
+    if bounds.shape[0] == num_blocks + 1:
+        return bounds
+    return np.concatenate([bounds, np.full(num_blocks + 1 - bounds.shape[0], bounds[-1], np.int64)])
 
 
 def row_bounds(rows, work_per_row):
@@ -346,6 +353,36 @@ def _gemm_rows(a, b, out, rows, r):
             out[r0:r1] = 0
         else:
             np.dot(a[r0:r1], b, out[r0:r1])
+
+
+# numba's own BLAS entry point (what its np.dot calls): a GEMM on strided
+# operands, with beta, so that w_grad's row blocks come from one product
+# over all rows each, with no partial sums to add up.
+_XXGEMM = types.ExternalFunction("numba_xxgemm", types.intc(
+    types.char, types.char, types.char, types.intp, types.intp, types.intp, types.voidptr, types.voidptr, types.intp,
+    types.voidptr, types.intp, types.voidptr, types.voidptr, types.intp))
+
+
+@njit(**_JIT)
+def _gemm_tn(a, b, c, accumulate):
+    """``c = a.T @ b`` (``c += a.T @ b`` with ``accumulate``): ``a: [K, M]``,
+    ``b: [K, N]``, ``c: [M, N]``, row-major, each with unit column stride
+    (any row stride: ``a`` may be a column block of a larger array)."""
+    k, m = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        if not accumulate:
+            c[:] = 0
+        return
+    item = c.itemsize
+    alpha = np.ones(1, c.dtype)
+    beta = np.ones(1, c.dtype) if accumulate else np.zeros(1, c.dtype)
+    kind = np.int8(115) if item == 4 else np.int8(100)  # 's' or 'd'
+    # Column-major BLAS sees each row-major array transposed: c^T = b^T @ a.
+    _XXGEMM(kind, np.int8(78), np.int8(84), n, m, k, alpha.ctypes, b.ctypes, b.strides[0] // item, a.ctypes,
+            a.strides[0] // item, beta.ctypes, c.ctypes, c.strides[0] // item)
 
 
 @njit(**_JIT)
@@ -624,46 +661,41 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
 
 
 @njit(**_JIT)
-def _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, p, pb):
+def _weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
-    ``x_grad2d`` rows ``x_rows[k]..x_rows[k+1]-1``; the contribution of the
-    same rows to ``w_grad[:I]`` and ``b_grad``, and of the rows
-    ``h_rows[k]..h_rows[k+1]-1`` (steps ``t >= 1``, whose previous output is
-    ``h2d[row - B]``) to ``w_grad[I:]``, into ``p: [I + H, 4H]`` and
-    ``pb: [4H]``; thread 0 adds step 0, whose previous output is ``h_prev``.
+    Rows ``x_rows[k]..x_rows[k+1]-1`` of ``x_grad2d``, rows
+    ``w_rows[k]..w_rows[k+1]-1`` of ``w_grad`` (each a product over all
+    steps: ``[x_t, h_{t-1}]^T @ dgates``, with ``h_prev`` before step 0) and
+    columns ``col_blocks[k]..col_blocks[k+1]-1`` of ``b_grad``.
     """
     batch = h_prev.shape[0]
     inputs = x2d.shape[1]
-    r0, r1 = x_rows[k], x_rows[k + 1]
+    rows = dg2d.shape[0]
     _gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, k)
-    if r1 > r0 and inputs > 0:
-        np.dot(x2d[r0:r1].T, dg2d[r0:r1], p[:inputs])
-    else:
-        p[:inputs] = 0
-    pb[:] = 0
-    for row in range(r0, r1):
-        dr = dg2d[row]
-        for c in range(pb.shape[0]):
-            pb[c] += dr[c]
-    q0, q1 = h_rows[k], h_rows[k + 1]
-    ph = p[inputs:]
-    if q1 > q0:
-        np.dot(h2d[q0 - batch:q1 - batch].T, dg2d[q0:q1], ph)
-    else:
-        ph[:] = 0
-    if k == 0:
-        # dg2d[:B] is step 0, whose previous output is h_prev.
-        first = np.dot(h_prev.T, dg2d[:batch])
-        for row in range(ph.shape[0]):
-            for c in range(ph.shape[1]):
-                ph[row, c] += first[row, c]
+    m0, m1 = w_rows[k], w_rows[k + 1]
+    a0, a1 = min(m0, inputs), min(m1, inputs)  # rows of w[:I]
+    if a1 > a0:
+        _gemm_tn(x2d[:, a0:a1], dg2d, w_grad[a0:a1], False)
+    b0, b1 = max(m0, inputs), max(m1, inputs)  # rows of w[I:]
+    if b1 > b0:
+        # Step 0's previous output is h_prev; step t's is h2d[t - 1].
+        _gemm_tn(h_prev[:, b0 - inputs:b1 - inputs], dg2d[:batch], w_grad[b0:b1], False)
+        _gemm_tn(h2d[:rows - batch, b0 - inputs:b1 - inputs], dg2d[batch:], w_grad[b0:b1], True)
+    n0, n1 = col_blocks[k], col_blocks[k + 1]
+    bk = b_grad[n0:n1]
+    bk[:] = 0
+    for row in range(rows):
+        dr = dg2d[row, n0:n1]
+        for c in range(n1 - n0):
+            bk[c] += dr[c]
 
 
 @njit(parallel=True, **_JIT)
-def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, h_rows, x_grad2d, partial, partial_b,
-                        w_grad, b_grad, h_prev_grad):
-    """The GEMMs after the backward loop, split across threads by rows of ``dg2d``.
+def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
+                        h_prev_grad):
+    """The GEMMs after the backward loop, split across threads: ``x_grad`` by rows of
+    ``dg2d``, ``w_grad`` by its own rows, ``b_grad`` by columns (no partial sums).
 
     Parameters
     ----------
@@ -680,15 +712,12 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, h_rows,
         Transposed recurrent weights (``w[I:].T``, a view).
     x_rows : [K + 1] int64 array
         Row blocks over ``0 .. S * B``.
-    h_rows : [K + 1] int64 array
-        Row blocks over ``B .. S * B``.
+    w_rows : [K + 1] int64 array
+        Row blocks over ``0 .. I + H``.
+    col_blocks : [K + 1] int64 array
+        Column blocks over ``0 .. 4H``.
     x_grad2d : [S * B, I] array
         Output ``dg2d @ w_in_t``.
-    partial : [K - 1, I + H, 4H] array
-        Workspace: the part of ``w_grad`` of each thread but the first,
-        which writes ``w_grad`` itself.
-    partial_b : [K - 1, 4H] array
-        Workspace: the same for ``b_grad``.
     w_grad : [I + H, 4H] array
         Output ``[x_t, h_{t-1}]^T @ dgates`` summed over steps.
     b_grad : [4H] array
@@ -700,23 +729,12 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, h_rows,
     # int64 block indices, never a literal 0 or prange's unsigned index: each
     # distinct argument type would compile the helper again.
     if num_blocks == 1:  # no parallel region (each costs a barrier)
-        _weight_grads_block(num_blocks - 1, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad,
-                            b_grad)
+        _weight_grads_block(num_blocks - 1, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d,
+                            w_grad, b_grad)
     else:
         for k in prange(num_blocks):
-            if k == 0:
-                _weight_grads_block(np.int64(k), x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d, w_grad,
-                                    b_grad)
-            else:
-                _weight_grads_block(np.int64(k), x2d, h2d, h_prev, dg2d, w_in_t, x_rows, h_rows, x_grad2d,
-                                    partial[k - 1], partial_b[k - 1])
-    for k in range(num_blocks - 1):
-        pk = partial[k]
-        for row in range(w_grad.shape[0]):
-            for c in range(w_grad.shape[1]):
-                w_grad[row, c] += pk[row, c]
-        for c in range(b_grad.shape[0]):
-            b_grad[c] += partial_b[k, c]
+            _weight_grads_block(np.int64(k), x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d,
+                                w_grad, b_grad)
     np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
 
 
@@ -861,13 +879,8 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
     rows = seq_len_max * batch
     x_rows = row_bounds(rows, (2 * inputs + units) * 4 * units)
     num_blocks = x_rows.shape[0] - 1
-    h_rows = batch + _split(rows - batch, num_blocks)
-    if h_rows.shape[0] != x_rows.shape[0]:  # fewer steps than blocks: no rows for some
-        h_rows = np.full(num_blocks + 1, rows, np.int64)
-        h_rows[0] = batch
+    w_rows, col_blocks = block_bounds(inputs + units, num_blocks), block_bounds(4 * units, num_blocks)
     x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
-    partial = _scratch.get("partial", (num_blocks - 1, inputs + units, 4 * units), dtype)
-    partial_b = np.empty((num_blocks - 1, 4 * units), dtype)
     w_grad = np.empty(w.shape, dtype)
     b_grad = np.empty(4 * units, dtype)
     h_prev_grad = np.empty((batch, units), dtype)
@@ -879,8 +892,8 @@ def _backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, se
             cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], use_peephole, layout,
             _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype))
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
-                            w[:inputs].T, w[inputs:].T, x_rows, h_rows, x_grad2d, partial, partial_b, w_grad,
-                            b_grad, h_prev_grad)
+                            w[:inputs].T, w[inputs:].T, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
+                            h_prev_grad)
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)
 
 

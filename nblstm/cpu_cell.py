@@ -47,7 +47,17 @@ import numpy as np
 from numba import njit, prange
 
 from . import _microkernel, _sync
-from .cpu import _JIT, _MIN_PARALLEL_PACK, _gemm_rows, _split, column_offsets, kernel_section, pack_chunks, row_bounds
+from .cpu import (
+    _JIT,
+    _MIN_PARALLEL_PACK,
+    _gemm_rows,
+    _gemm_tn,
+    block_bounds,
+    column_offsets,
+    kernel_section,
+    pack_chunks,
+    row_bounds,
+)
 from .cpu import _weight_grads_block as _fused_weight_grads_block
 from .cpu import chunk_bounds as _chunk_bounds
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
@@ -516,28 +526,25 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
 
 
 @njit(**_JIT)
-def _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial, partial_b,
-                        partial_p):
+def _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks, proj_rows, has_proj, dx2d,
+                        packed_grad, packed_b, d_proj):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
     The fused ops' share (:func:`nblstm.cpu._weight_grads_block`: ``dx2d``,
-    the kernel and bias gradients, with ``m`` as the previous output) plus,
-    with a projection, the same rows' contribution to its gradient in
-    ``partial_p[k]``.
+    the kernel and bias gradients in packed columns, with ``m`` as the
+    previous output) plus, with a projection, rows
+    ``proj_rows[k]..proj_rows[k+1]-1`` of its gradient ``r^T @ dm2d``.
     """
-    _fused_weight_grads_block(k, x2d, m2d, m0, dg2d, w_x.T, x_rows, m_rows, dx2d, partial[k], partial_b[k])
+    _fused_weight_grads_block(k, x2d, m2d, m0, dg2d, w_x.T, x_rows, w_rows, col_blocks, dx2d, packed_grad, packed_b)
     if has_proj:
-        r0, r1 = x_rows[k], x_rows[k + 1]
-        if r1 > r0:
-            np.dot(r2d[r0:r1].T, dm2d[r0:r1], partial_p[k])
-        else:
-            partial_p[k][:] = 0
+        p0, p1 = proj_rows[k], proj_rows[k + 1]
+        _gemm_tn(r2d[:, p0:p1], dm2d, d_proj[p0:p1], False)
 
 
 @njit(parallel=True, **_JIT)
-def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, perm, has_proj, dx2d, partial, partial_b,
-                        partial_p, d_kernel, d_bias, d_proj):
-    """The GEMMs after the backward loop, split across threads by rows of ``dg2d``.
+def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks, proj_rows, perm, has_proj,
+                        dx2d, packed_grad, packed_b, d_kernel, d_bias, d_proj):
+    """The GEMMs after the backward loop, split across threads as the fused ops' (no partial sums).
 
     Parameters
     ----------
@@ -555,18 +562,21 @@ def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, perm
     w_x : [I, 4H] C-contiguous array
         Packed input weights.
     x_rows : [K + 1] int64 array
-        Row blocks over ``0 .. T * B``.
-    m_rows : [K + 1] int64 array
-        Row blocks over ``B .. T * B``.
+        Row blocks over ``0 .. T * B`` (of ``dx2d``).
+    w_rows : [K + 1] int64 array
+        Row blocks over ``0 .. I + P`` (of the kernel gradient).
+    col_blocks : [K + 1] int64 array
+        Column blocks over ``0 .. 4H`` (of the bias gradient).
+    proj_rows : [K + 1] int64 array
+        Row blocks over ``0 .. H`` (of the projection gradient).
     perm : [4H] int64 array
         Packed column ``c`` is column ``perm[c]`` of the ICFO layout.
     has_proj : bool
     dx2d : [T * B, I] array
         Output ``dg2d @ w_x.T``.
-    partial : [K, I + P, 4H] array
-    partial_b : [K, 4H] array
-    partial_p : [K, H, P] array
-        Workspaces: each thread's part of the kernel, bias and projection gradients.
+    packed_grad : [I + P, 4H] array
+    packed_b : [4H] array
+        Workspaces: the kernel and bias gradients in packed columns.
     d_kernel : [I + P, 4H] array
         Output ``[x_t, m_{t-1}]^T @ dgates`` summed over steps, ICFO columns.
     d_bias : [4H] array
@@ -576,33 +586,20 @@ def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, perm
     """
     num_blocks = x_rows.shape[0] - 1
     if num_blocks == 1:  # no parallel region (each costs a barrier)
-        _weight_grads_block(num_blocks - 1, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d, partial,
-                            partial_b, partial_p)
+        _weight_grads_block(num_blocks - 1, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks, proj_rows,
+                            has_proj, dx2d, packed_grad, packed_b, d_proj)
     else:
         for k in prange(num_blocks):
-            _weight_grads_block(np.int64(k), x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, m_rows, has_proj, dx2d,
-                                partial, partial_b, partial_p)
-    # Sum the parts, unpacking the columns to ICFO on the way.
+            _weight_grads_block(np.int64(k), x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks,
+                                proj_rows, has_proj, dx2d, packed_grad, packed_b, d_proj)
+    # Unpack the columns to ICFO.
     for row in range(d_kernel.shape[0]):
         out = d_kernel[row]
-        src = partial[0, row]
+        src = packed_grad[row]
         for c in range(perm.shape[0]):
             out[perm[c]] = src[c]
-        for k in range(1, num_blocks):
-            src = partial[k, row]
-            for c in range(perm.shape[0]):
-                out[perm[c]] += src[c]
     for c in range(perm.shape[0]):
-        d_bias[perm[c]] = partial_b[0, c]
-        for k in range(1, num_blocks):
-            d_bias[perm[c]] += partial_b[k, c]
-    if has_proj:
-        d_proj[:] = partial_p[0]
-        for k in range(1, num_blocks):
-            pk = partial_p[k]
-            for row in range(d_proj.shape[0]):
-                for c in range(d_proj.shape[1]):
-                    d_proj[row, c] += pk[row, c]
+        d_bias[perm[c]] = packed_b[c]
 
 
 # ---------------------------------------------------------------------------
@@ -823,13 +820,9 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         lengths = c(lengths, np.int64)
         x_rows = row_bounds(rows, (2 * inputs + 2 * depth) * 4 * units)
         num_blocks = x_rows.shape[0] - 1
-        m_rows = batch + _split(rows - batch, num_blocks)
-        if m_rows.shape[0] != x_rows.shape[0]:  # fewer rows than blocks: none for some
-            m_rows = np.full(num_blocks + 1, rows, np.int64)
-            m_rows[0] = batch
-        partial = np.empty((num_blocks, inputs + depth, 4 * units), dtype)
-        partial_b = np.empty((num_blocks, 4 * units), dtype)
-        partial_p = np.empty((num_blocks, *d_proj.shape), dtype)
+        w_rows, col_blocks, proj_rows = (block_bounds(n, num_blocks) for n in (inputs + depth, 4 * units, units))
+        packed_grad = np.empty((inputs + depth, 4 * units), dtype)
+        packed_b = np.empty(4 * units, dtype)
         with kernel_section():
             backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["m_raw"],
                             c(d_out, dtype), packed.w_rec_t, packed.rt_off, packed.bounds, packed.w_proj_t,
@@ -839,8 +832,9 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
                             packed.has_proj, work, proj_work, d_gates, dm_raw, dc, dm, *peephole_grads)
             weight_grads_kernel(x.reshape(rows, inputs), saved["m"].reshape(rows, depth), m0,
                                 saved["r"].reshape(rows, units), d_gates.reshape(rows, 4 * units),
-                                dm_raw.reshape(rows, depth), packed.w_x, x_rows, m_rows, packed.perm, packed.has_proj,
-                                d_x.reshape(rows, inputs), partial, partial_b, partial_p, d_kernel, d_bias, d_proj)
+                                dm_raw.reshape(rows, depth), packed.w_x, x_rows, w_rows, col_blocks, proj_rows,
+                                packed.perm, packed.has_proj, d_x.reshape(rows, inputs), packed_grad, packed_b,
+                                d_kernel, d_bias, d_proj)
     d_weights = {"kernel": d_kernel, "bias": d_bias}
     if packed.use_peepholes:
         d_weights["w_i_diag"], d_weights["w_f_diag"], d_weights["w_o_diag"] = peephole_grads

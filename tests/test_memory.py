@@ -3,16 +3,14 @@
 The bounds (issue targets, DESIGN.md): a forward call needs its outputs plus
 one copy of the weights (repacked for the kernels) and ``O(B x 4H)``
 workspace; a backward call needs its gradients, one ``[T, B, 4H]`` buffer
-(the gate gradients), one partial weight gradient per numba thread but the
-first, and one ``[H, 4H]`` product (step 0's share of the recurrent weight
-gradient, with ``h_prev``). The gate gradients and partial weight gradients
-are kept per Python thread from one backward call to the next, so a second
-call of the same shape allocates less than the bound; the test measures a
-call that allocates them. Beyond that only the time loops' step counters
-scale with ``T`` (``nblstm._sync``: ``K + 1`` int64 per step for ``K``
-chunks, one per thread). Numba's
-own allocations go through Python's raw allocator, so ``tracemalloc`` sees
-them too.
+(the gate gradients) and the recurrent weights transposed and packed for
+the time loop (``[4H, H]``, padded to the micro-kernel's panels). The gate
+gradients are kept per Python thread from one backward call to the next, so
+a second call of the same shape allocates less than the bound; the test
+measures a call that allocates them. Beyond that only the time loops' step
+counters scale with ``T`` (``nblstm._sync``: ``K + 1`` int64 per step for
+``K`` chunks, one per thread). Numba's own allocations go through Python's
+raw allocator, so ``tracemalloc`` sees them too.
 """
 
 import tracemalloc
@@ -22,6 +20,7 @@ import numpy as np
 import pytest
 
 import nblstm
+from nblstm import _microkernel as mk
 from nblstm import cpu
 from tests.helpers import make_problem
 
@@ -69,8 +68,8 @@ def test_backward_peak_is_gradients_plus_one_gate_buffer(shape, dtype):
     cpu._scratch.buffers.clear()  # measure a call that allocates its scratch too
     peak, grads = _peak(lambda: nblstm.block_lstm_grad(*args))
     gradients = sum(g.nbytes for g in grads)
-    gate_buffer = steps * batch * 4 * units * np.dtype(dtype).itemsize
     itemsize = np.dtype(dtype).itemsize
-    partials = (numba.get_num_threads() - 1) * (a["w"].nbytes + a["b"].nbytes)
-    bound = gradients + gate_buffer + partials + units * 4 * units * itemsize + _step_counters(steps) + SLACK
+    gate_buffer = steps * batch * 4 * units * itemsize
+    packed_weights = 4 * units * mk.padded(units, dtype) * itemsize
+    bound = gradients + gate_buffer + packed_weights + _step_counters(steps) + SLACK
     assert gradients <= peak <= bound, (peak, gradients, bound)

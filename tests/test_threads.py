@@ -225,10 +225,10 @@ def test_forward_does_not_depend_on_the_thread_count(shape, dtype, restore_num_t
 
 @needs_two_threads
 @pytest.mark.xfail(strict=False, reason=(
-    "not guaranteed: from T*B*I*4H >= 2**18 multiply-adds (cpu._MIN_PARALLEL_GEMM_WORK) x_grad and the weight "
-    "gradients are split into one row block per numba thread; OpenBLAS's sum over K for a row depends on the "
-    "block's row count (M = 1 goes through GEMV, small M*N*K through its small-matrix kernels), and w_grad/b_grad "
-    "add the per-thread partial sums, so results may differ in the last bits between thread counts"))
+    "not guaranteed: from T*B*I*4H >= 2**18 multiply-adds (cpu._MIN_PARALLEL_GEMM_WORK) x_grad and w_grad are "
+    "split into one block per numba thread (x_grad by rows of the gate gradients, w_grad by its own rows); "
+    "OpenBLAS's sum over K for an element can depend on the block's size (M = 1 goes through GEMV, small M*N*K "
+    "through its small-matrix kernels), so results may differ in the last bits between thread counts"))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_backward_across_thread_counts_above_the_row_split(dtype, restore_num_threads):
     results = _by_thread_count(("sequence", (2, 2, 2, 256), dtype, 11))
