@@ -399,22 +399,32 @@ def _add_to(dst, src):
         dst[j] += src[j]
 
 
+@njit(inline="always", **_JIT)
+def _input_part(t, k, col_off, x2d, w_x, work, batch):
+    """``x_t @ w_x`` for the columns of chunk ``k`` into its ``work`` (the fused input projection)."""
+    inputs = x2d.shape[1]
+    c0 = col_off[k]
+    width = col_off[k + 1] - c0
+    _microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * c0, inputs,
+                             width // _microkernel.panel_width_of(w_x), work, batch * c0, width)
+
+
 # Inlined into the time loop: as a call, its ~25 array arguments (each
 # reference-counted) cost about 0.25 us a step, a quarter of a small step.
 @njit(inline="always", **_JIT)
-def _forward_chunk(t, k, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco,
-                   forget_bias, cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
+def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci,
+                   wcf, wco, forget_bias, cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
     """Step ``t`` of the units of chunk ``k``: the GEMMs of the gates, then the gate maths.
 
     With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @ w_rec`` on the
-    micro-kernel, one accumulator per element. Otherwise ``i_, ci_, f_,
-    o_`` hold the step's input projections on entry (see
+    micro-kernel, one accumulator per element; ``x_ready``: the chunk's
+    ``x_t @ w_x`` is in ``work`` already (:func:`_input_part`). Otherwise
+    ``i_, ci_, f_, o_`` hold the step's input projections on entry (see
     :func:`forward_kernel`), added to ``h_{t-1} @ w_rec``; the gate maths
     writes the gates over them.
     """
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
-    inputs = x2d.shape[1]
     h0 = bounds[k]
     h1 = bounds[k + 1]
     hk = h1 - h0
@@ -423,9 +433,8 @@ def _forward_chunk(t, k, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev
     gk = work[batch * c0:batch * (c0 + width)].reshape((batch, width))
     h_src = h_prev if t == 0 else h_[t - 1]
     panels = width // _microkernel.panel_width_of(w_rec)
-    if fused:
-        _microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * c0, inputs,
-                                 panels, work, batch * c0, width)
+    if fused and not x_ready:
+        _input_part(t, k, col_off, x2d, w_x, work, batch)
     _microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * c0, units, panels, work,
                              batch * c0, width, fused)
     if not fused:  # add the input projection
@@ -534,23 +543,34 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     num_chunks = bounds.shape[0] - 1
     if num_chunks == 1:
         for t in range(steps):
-            _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks,
-                           work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+            _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, False, x2d, w_x, bias, cs_prev, h_prev, w_rec,
+                           blocks, work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         return
     # Every step in one parallel region (nblstm._sync): worker w takes chunk
     # w of each step, then any chunk still unclaimed, and waits for the
-    # whole step before the next.
+    # whole step before the next. With the fused projection, when it did
+    # its own chunk (whose workspace nobody else then uses), it claims that
+    # chunk of the next step before waiting, and computes its x_{t+1} @ w_x,
+    # which does not need h_t, while the other chunks finish.
     claims = np.zeros(steps * num_chunks, np.int64)
     done = np.zeros(steps, np.int64)
     for worker in prange(num_chunks):
         w = np.int64(worker)
+        x_ready = False  # this worker holds chunk w of step t, its x_t @ w_x done
         for t in range(steps):
+            own_done = False
             for j in range(num_chunks):
                 k = (w + j) % num_chunks
-                if _sync.claim(claims, t, k, num_chunks):
-                    _forward_chunk(t, k, bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks,
-                                   work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                mine = j == 0 and x_ready
+                if mine or _sync.claim(claims, t, k, num_chunks):
+                    _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec,
+                                   blocks, work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_,
+                                   co_, h_)
                     _sync.atomic_add(done, t, 1)
+                    own_done = own_done or j == 0
+            x_ready = fused and own_done and t + 1 < steps and _sync.claim(claims, t + 1, w, num_chunks)
+            if x_ready:
+                _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
             _sync.wait_for(done, t, num_chunks)
 
 
