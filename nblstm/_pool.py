@@ -13,6 +13,7 @@ next call of the same size reuses it, already mapped. The pool keeps at most
 :data:`MAX_FREE_BYTES` of free blocks, the most recently freed first.
 """
 
+import math
 import threading
 
 import numpy as np
@@ -71,7 +72,7 @@ def empty(shape, dtype):
         and all its views are gone.
     """
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < MIN_BYTES:
         return np.empty(shape, dtype)
     buffer = _take(nbytes)
