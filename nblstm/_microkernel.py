@@ -67,7 +67,7 @@ def make_tile(lanes32, tile_rows, vectors, accumulate=False, panels=1):
     give a single row more independent accumulators (a matrix-vector
     product is otherwise bound by the latency of its fused multiply-adds);
     each element's sum is the same whatever ``Q`` and ``R``. With ``accumulate`` each sum
-    starts from ``C[r, 0:P]`` instead of zero (``C += A @ Bp``: one
+    starts from ``C[r, 0:Q P]`` instead of zero (``C += A @ Bp``: one
     accumulator continued, the same bits as one product over the joined
     ``K``). Rows of ``A`` and ``C`` beyond ``rows`` are not read (the last
     row is read again in their place) and their results are not stored.

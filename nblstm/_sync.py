@@ -15,7 +15,7 @@ unclaimed. A worker alone does every chunk itself; a stalled thread's chunk
 is taken over by another. Chunk results do not depend on which thread
 computes them.
 
-The counters are ``int64`` arrays updated with sequentially consistent
+The counters are 1-D ``int64`` arrays updated with sequentially consistent
 atomic adds (LLVM ``atomicrmw``): a chunk's writes happen before its
 ``done`` increment, and the waiters read ``done`` with an acquire load.
 """
@@ -26,10 +26,17 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-#: Spins (each a ``pause`` on x86) before a waiter starts yielding its core.
+#: Spins (each a ``pause`` on x86) before a waiter starts yielding its core
+#: (``sched_yield``, POSIX).
 _SPINS_BEFORE_YIELD = 1 << 12
 
 _X86 = llb.get_process_triple().startswith(("x86_64", "i686", "i386"))
+
+
+def _is_counters(array_type):
+    """A 1-D C-contiguous int64 array (the intrinsics index its memory directly)."""
+    return (isinstance(array_type, types.Array) and array_type.dtype == types.int64 and array_type.ndim == 1
+            and array_type.layout == "C")
 
 
 def _element_pointer(context, builder, array_type, array, index):
@@ -40,7 +47,7 @@ def _element_pointer(context, builder, array_type, array, index):
 @intrinsic
 def atomic_add(typingctx, counters, index, value):
     """``counters[index] += value`` atomically (sequentially consistent); returns the old value."""
-    if not (isinstance(counters, types.Array) and counters.dtype == types.int64):
+    if not _is_counters(counters):
         return None
     sig = types.int64(counters, types.intp, types.int64)
 
@@ -54,7 +61,7 @@ def atomic_add(typingctx, counters, index, value):
 @intrinsic
 def atomic_load(typingctx, counters, index):
     """``counters[index]`` read with acquire ordering."""
-    if not (isinstance(counters, types.Array) and counters.dtype == types.int64):
+    if not _is_counters(counters):
         return None
     sig = types.int64(counters, types.intp)
 

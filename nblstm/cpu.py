@@ -21,14 +21,15 @@ How the work is laid out (DESIGN.md, "What the fastest LSTMs do"):
   :mod:`nblstm._microkernel`, whose register-tiled GEMM runs the step 1.6x
   faster than OpenBLAS, which packs the weights again at every step (and
   its batch-1 matrix-vector product faster than OpenBLAS's GEMV, with no
-  call overhead). Each step is one parallel region in which a thread runs
-  the recurrent GEMM of its chunk and then the gate maths of its units
-  while they are in cache; the end of the region is the step's only
-  barrier.
+  call overhead). The whole time loop is one parallel region: at each
+  step a thread runs the recurrent GEMM of its chunk and then the gate
+  maths of its units while they are in cache, and the threads meet on
+  atomic counters (:mod:`nblstm._sync`) before the next step.
 - Backward keeps only ``dh = dgates @ w_h^T`` in the time loop, on the
   micro-kernel with each chunk's ``w_h[h0:h1]^T`` packed once per call;
   ``x_grad`` and the weight gradients are GEMMs after it, split across
-  threads by rows.
+  threads (``x_grad`` by rows, ``w_grad`` by its own rows, each block one
+  product over all steps: no partial sums).
 - Kernels use ``error_model="numpy"``: without Python's division-by-zero
   checks LLVM vectorizes the gate maths (IEEE results, no exceptions). And
   ``fastmath={"contract"}`` alone of the fast-math flags: LLVM may fuse a
@@ -56,7 +57,7 @@ from ._blas import single_threaded_blas
 from .spec import GATE_BLOCKS, backward_unit, forward_unit
 
 # Below this many multiply-adds in a step's recurrent GEMM, one thread does
-# the step: a parallel region costs microseconds to open.
+# the steps: the threads' meeting at every step costs about a microsecond.
 _MIN_PARALLEL_STEP_WORK = 32768
 # Fewer hidden units than this per chunk make thin, inefficient GEMMs.
 _MIN_UNITS_PER_CHUNK = 8
@@ -89,8 +90,9 @@ class _Scratch(threading.local):
     The backward's gate gradients ``[T, B, 4H]`` never leave it. Allocated
     afresh, they are the largest block freed by a training step, and glibc
     then returns the top of its heap to the system and faults it in again
-    at the next call (thousands of page faults at ``(50, 32, 256, 256)``). A thread keeps the largest buffer of
-    each kind it has needed; it is freed with the thread.
+    at the next call (thousands of page faults at ``(50, 32, 256, 256)``).
+    A thread keeps the largest buffer it has needed under each name; it is
+    freed with the thread.
     """
 
     def __init__(self):
@@ -363,6 +365,17 @@ _XXGEMM = types.ExternalFunction("numba_xxgemm", types.intc(
     types.voidptr, types.intp, types.voidptr, types.voidptr, types.intp))
 
 
+@njit(inline="always")
+def _leading_dimension(a):
+    """BLAS's leading dimension of the row-major ``a`` (unit column stride): its row
+    stride in elements. NumPy does not normalise the row stride of a one-row
+    array (``h.T`` of an ``[H, 1]`` array has strides ``(8, 8)``, a broadcast
+    row ``(0, 8)``), and BLAS rejects one below the row length."""
+    if a.shape[0] == 1:
+        return max(a.shape[1], 1)
+    return max(a.strides[0] // a.itemsize, a.shape[1], 1)
+
+
 @njit(**_JIT)
 def _gemm_tn(a, b, c, accumulate):
     """``c = a.T @ b`` (``c += a.T @ b`` with ``accumulate``): ``a: [K, M]``,
@@ -381,8 +394,8 @@ def _gemm_tn(a, b, c, accumulate):
     beta = np.ones(1, c.dtype) if accumulate else np.zeros(1, c.dtype)
     kind = np.int8(115) if item == 4 else np.int8(100)  # 's' or 'd'
     # Column-major BLAS sees each row-major array transposed: c^T = b^T @ a.
-    _XXGEMM(kind, np.int8(78), np.int8(84), n, m, k, alpha.ctypes, b.ctypes, b.strides[0] // item, a.ctypes,
-            a.strides[0] // item, beta.ctypes, c.ctypes, c.strides[0] // item)
+    _XXGEMM(kind, np.int8(78), np.int8(84), n, m, k, alpha.ctypes, b.ctypes, _leading_dimension(b), a.ctypes,
+            _leading_dimension(a), beta.ctypes, c.ctypes, _leading_dimension(c))
 
 
 @njit(**_JIT)
@@ -503,7 +516,7 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
         Caller's layout.
     cs_prev, h_prev : [B, H] C-contiguous arrays
     w_rec : [4H * H] array
-        Packed recurrent weights (:func:`pack_recurrent` with ``B``).
+        Packed recurrent weights (:func:`pack_recurrent`).
     bounds : [K + 1] int64 array
         Hidden-unit chunks (:func:`step_chunks`).
     col_off : [K + 1] int64 array

@@ -22,21 +22,26 @@ The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
   there (adding the bias) and overwrites it with the gates.
 - The hidden units are split into chunks, one per thread, with the weight
   columns packed so that a chunk's ``[i | j | f | o]`` blocks are contiguous.
-  Each step is one parallel region: every thread runs the recurrent GEMM of
-  its slice, then the gate maths of that slice. The GEMM is
-  :mod:`nblstm._microkernel`'s, on each chunk's weights packed in panels
-  once per weight change (:class:`PackedWeights`), whatever the batch.
-  The same goes for the backward's ``dm = d_gates @ w_h^T``.
-  With a projection a second region per step computes ``m`` (its columns
-  split across threads): ``m`` needs every unit's ``r``.
+  The whole time loop is one parallel region (:mod:`nblstm._sync`): at
+  each step every thread runs the recurrent GEMM of its slice, then the
+  gate maths of that slice, and the threads meet on atomic counters. The
+  GEMM is :mod:`nblstm._microkernel`'s, on each chunk's weights packed in
+  panels once per weight change (:class:`PackedWeights`), whatever the
+  batch. The same goes for the backward's ``dm = d_gates @ w_h^T``. With a
+  projection a second stage of each step computes ``m`` (its columns split
+  across threads): ``m`` needs every unit's ``r``.
 - Backward keeps only the recurrent GEMMs (and the peephole gradients) in
   the time loop; the input gradient and the kernel, bias and projection
-  gradients are GEMMs and reductions after it, split across threads by rows,
-  reading ``x`` and ``m`` in place (no shifted copies).
+  gradients are GEMMs and reductions after it, split across threads (the
+  input gradient by rows, the weight gradients by their own rows, the bias
+  gradient by columns), reading ``x`` and ``m`` in place (no shifted
+  copies).
 - Kernels use ``error_model="numpy"`` and run the gate maths on 1-D row
   views, so that LLVM vectorizes it; the tanh activation (the default) gets
   its own copy of the loops in which the activation code is a constant, so
   that its float32 loops are branch-free arithmetic (:func:`nblstm.spec.tanh`).
+  Like :mod:`nblstm.cpu`'s, they let LLVM fuse multiply-adds (``fastmath``
+  ``contract``).
 
 All kernels take the options (activation code, clip bounds, flags) as run-time
 arguments, so there is one compiled kernel per dtype (float32, float64).
@@ -63,9 +68,10 @@ from .cpu import chunk_bounds as _chunk_bounds
 from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 
 # Below this many multiply-adds in a step's recurrent GEMM, one thread does
-# the step: a parallel region costs a few microseconds to open, and far more
-# when the cores are shared (T=16, B=64, H=24 on 2 busy cores: 1.5 ms forward
-# on one thread, 6-15 ms split in two chunks).
+# the steps: the threads' meeting at every step costs about a microsecond,
+# and far more when the cores are shared (measured with a region per step:
+# T=16, B=64, H=24 on 2 busy cores, 1.5 ms forward on one thread, 6-15 ms
+# split in two chunks).
 _MIN_PARALLEL_STEP_WORK = 1 << 18
 
 
@@ -444,7 +450,7 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
         C-ordered ``[P, hk]`` block (unused without a projection).
     proj_bounds : [KP + 1] int64 array
         Chunks of the ``P`` output-state columns; equal to ``bounds`` without
-        a projection, so both phases of a step run in one parallel region.
+        a projection, so both phases of a step run in one stage.
     lengths : [B] int64 array
     w_i, w_f, w_o : [H] arrays
     cell_clip, proj_clip : float

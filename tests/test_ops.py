@@ -319,3 +319,42 @@ def test_memory_orders_views_and_read_only_inputs_give_the_same_results():
             np.testing.assert_array_equal(a, b)
         for k in q:
             np.testing.assert_array_equal(q[k], snapshot[k], err_msg=f"{make.__name__}: {k} was modified")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_single_row_arrays_with_odd_strides(dtype):
+    """NumPy leaves the row stride of a one-row array as it came (``h.T`` of an ``[H, 1]`` array has
+    strides ``(itemsize, itemsize)``, a broadcast row ``(0, itemsize)``); such arrays count as
+    C-contiguous and reach the kernels uncopied. B = 1 and T * B = 1 give the results of plain copies."""
+    rng = np.random.default_rng(8)
+    for steps in (1, 3):
+        p = make_problem(rng, steps, 1, 4, 5, dtype=dtype)
+        odd = dict(p)
+        odd["h_prev"] = np.array(p["h_prev"].T, order="C", copy=True).T  # [1, H], strides (itemsize, itemsize)
+        odd["cs_prev"] = np.broadcast_to(p["cs_prev"][0], (1, 5))  # strides (0, itemsize)
+        odd["x"] = np.array(p["x"].transpose(2, 1, 0), order="C", copy=True).transpose(2, 1, 0)
+        assert odd["h_prev"].strides[0] != odd["h_prev"].shape[1] * odd["h_prev"].itemsize
+        results = []
+        for q in (p, odd):
+            out = nblstm.block_lstm(q["x"], q["cs_prev"], q["h_prev"], q["w"], q["b"])
+            grads = nblstm.block_lstm_grad(q["x"], q["cs_prev"], q["h_prev"], q["w"], out, h_grad=np.ones_like(out.h))
+            results.append([*out, *grads])
+        for a, b in zip(*results, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_lstm_cell_state_rows_with_odd_strides():
+    """LSTMCell at B = 1 with a broadcast initial state (strides (0, itemsize)) and a projection: the
+    gradients of plain copies."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 1, 4))
+    c, m = rng.standard_normal(5), rng.standard_normal(2)
+    results = []
+    for state in (nblstm.LSTMStateTuple(np.broadcast_to(c, (1, 5)), np.broadcast_to(m, (1, 2))),
+                  nblstm.LSTMStateTuple(c[None].copy(), m[None].copy())):
+        cell = nblstm.LSTMCell(5, num_proj=2, seed=3, dtype=np.float64)
+        (out, final), backward = cell.vjp(x, state)
+        d_x, d_state, d_w = backward(np.ones_like(out))
+        results.append([out, *final, d_x, *d_state, *(d_w[k] for k in sorted(d_w))])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
