@@ -196,6 +196,16 @@ def panel_width_of(array):
 # 3.5 GB/s here).
 
 
+@njit(inline="always")
+def _panel_run(j, n, depth, dst_off, width):
+    """The columns from ``j`` that lie in one panel, at most ``n``: ``(count,
+    index in dst of the first one's top element)``, panels ``[depth, width]``
+    from ``dst_off``."""
+    q = j // width
+    lane = j - q * width
+    return min(width - lane, n), dst_off + q * depth * width + lane
+
+
 @njit(**_JIT)
 def pack_columns(src, col0, n, dst, dst_off, j0, width):
     """Columns ``col0 .. col0 + n - 1`` of ``src: [K, N]`` (C-contiguous) as
@@ -203,10 +213,7 @@ def pack_columns(src, col0, n, dst, dst_off, j0, width):
     depth = src.shape[0]
     u = 0
     while u < n:
-        q = (j0 + u) // width
-        lane = j0 + u - q * width
-        m = min(width - lane, n - u)
-        base = dst_off + q * depth * width + lane
+        m, base = _panel_run(j0 + u, n - u, depth, dst_off, width)
         for r in range(depth):
             row = src[r, col0 + u:col0 + u + m]
             out = dst[base + r * width:base + r * width + m]
@@ -223,10 +230,7 @@ def pack_rows(src, row0, n, dst, dst_off, j0, width):
     depth = src.shape[1]
     u = 0
     while u < n:
-        q = (j0 + u) // width
-        lane = j0 + u - q * width
-        m = min(width - lane, n - u)
-        base = dst_off + q * depth * width + lane
+        m, base = _panel_run(j0 + u, n - u, depth, dst_off, width)
         for k0 in range(0, depth, _PACK_BLOCK):  # a block of panel rows stays in L1
             k1 = min(k0 + _PACK_BLOCK, depth)
             block = src[row0 + u:row0 + u + m, k0:k1]
