@@ -155,7 +155,13 @@ def _split(count, parts):
 
 
 def chunk_bounds(batch_size, num_units, num_chunks=None):
-    """Split ``num_units`` hidden units into chunks, one per thread.
+    """Split ``num_units`` hidden units into chunks, one per thread (one when a step is small).
+
+    The time loops' GEMMs are the micro-kernel's, whose every result element
+    is the same however the columns are split, so that the forward pass
+    gives the same bits on any number of threads. The fewest and largest
+    GEMMs and gate loops measured fastest (0.95-0.97x the time of 4 chunks
+    at ``B = 32, H = 256, 512`` and of 8 at ``B = 64, H = 1024``).
 
     Returns
     -------
@@ -205,25 +211,6 @@ def row_blocks(rows, work_per_row):
 def gate_blocks(layout):
     """``[4]`` int64: the block (0..3) of the gates ``i, ci, f, o`` in ``layout`` (shared: not to be modified)."""
     return np.array(GATE_BLOCKS[layout], np.int64)
-
-
-def step_chunks(batch_size, num_units):
-    """Split the hidden units of the forward's time loop into chunks: one per thread.
-
-    The step's GEMM is the micro-kernel, whose every result element is the
-    same however the columns are split, so that the forward pass gives the
-    same bits on any number of threads. The fewest and largest GEMMs and
-    gate loops measured fastest (0.95-0.97x the time of 4 chunks at ``B =
-    32, H = 256, 512`` and of 8 at ``B = 64, H = 1024``). Small steps take
-    one chunk.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``bounds: [K + 1]`` int64; chunk ``k`` holds units
-        ``bounds[k] .. bounds[k + 1] - 1``.
-    """
-    return chunk_bounds(batch_size, num_units)
 
 
 def column_offsets(bounds, per_unit, dtype):
@@ -518,7 +505,7 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     w_rec : [4H * H] array
         Packed recurrent weights (:func:`pack_recurrent`).
     bounds : [K + 1] int64 array
-        Hidden-unit chunks (:func:`step_chunks`).
+        Hidden-unit chunks (:func:`chunk_bounds`).
     col_off : [K + 1] int64 array
         Where each chunk's columns start in ``w_rec`` and ``work``
         (:func:`column_offsets` with ``per_unit = 4``).
@@ -806,7 +793,8 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     outs = list(block)
     if seq_len_max == 0 or batch == 0:
         return outs
-    bounds = step_chunks(batch, units)
+    bounds = chunk_bounds(batch, units)
+    blocks = gate_blocks(layout)
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
     col_off = column_offsets(bounds, 4, dtype)
@@ -821,11 +809,11 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
         projection = row_blocks(rows, inputs * 4 * units)
     with kernel_section():
         if not fused:
-            gate_weights(c(w), gate_blocks(layout), w_in, w_in.size >= _MIN_PARALLEL_PACK)
+            gate_weights(c(w), blocks, w_in, w_in.size >= _MIN_PARALLEL_PACK)
         w_rec = pack_recurrent(w[inputs:], bounds, col_off)
         w_x = pack_recurrent(w[:inputs], bounds, col_off) if fused else np.empty(0, dtype)
         forward_kernel(x2d, w_in, w_x, fused, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off, *projection,
-                       gate_blocks(layout), c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
+                       blocks, c(wci), c(wcf), c(wco), float(forget_bias), float(cell_clip),
                        bool(use_peephole), work, *outs)
     return outs
 
