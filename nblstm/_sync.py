@@ -15,6 +15,10 @@ unclaimed. A worker alone does every chunk itself; a stalled thread's chunk
 is taken over by another. Chunk results do not depend on which thread
 computes them.
 
+:func:`take_chunks` and :func:`run_stage` are that loop for every kernel:
+the stage's chunk function is passed in and inlined, with its arrays in one
+tuple (a parallel region takes flat tuples of arrays and scalars).
+
 The counters are 1-D ``int64`` arrays updated with sequentially consistent
 atomic adds (LLVM ``atomicrmw``): a chunk's writes happen before its
 ``done`` increment, and the waiters read ``done`` with an acquire load.
@@ -102,6 +106,56 @@ def wait_for(counters, index, target):
 
 
 @njit(inline="always")
-def claim(claims, step, chunk, num_chunks):
-    """Whether this worker is the first to claim chunk ``chunk`` of step ``step``."""
-    return atomic_add(claims, step * num_chunks + chunk, 1) == 0
+def claim(claims, stage, chunk, stride):
+    """Whether this worker is the first to claim chunk ``chunk`` of ``stage`` (``claims[stage * stride + chunk]``)."""
+    return atomic_add(claims, stage * stride + chunk, 1) == 0
+
+
+@njit(inline="always")
+def take_chunks(claims, done, stage, worker, num_chunks, held, chunk, t, args):
+    """Run every chunk of ``stage`` that this worker claims, and count each one done.
+
+    The worker claims its own chunk ``worker`` first, then the others in
+    turn (``worker + 1, worker + 2, ...`` modulo ``num_chunks``), and runs
+    ``chunk(t, k, args)`` for each chunk ``k`` it wins. It does not wait for
+    the other workers' chunks: :func:`wait_for` ``(done, stage,
+    num_chunks)`` does.
+
+    Parameters
+    ----------
+    claims : [S * stride] int64 array, zero on entry
+        One counter per chunk of each of the ``S`` stages; ``stride =
+        claims.shape[0] // S`` is at least the number of chunks of any stage.
+    done : [S] int64 array, zero on entry
+        Chunks finished, per stage.
+    stage, worker, num_chunks : int64
+    held : bool
+        The worker has claimed its own chunk of ``stage`` already (with
+        :func:`claim`, to start on it early).
+    chunk : jitted function
+        ``chunk(t, k, args)`` computes chunk ``k``; inlined here.
+    t : int64
+    args : tuple
+        Passed to ``chunk`` as is.
+
+    Returns
+    -------
+    bool
+        Whether the worker ran its own chunk.
+    """
+    stride = claims.shape[0] // done.shape[0]
+    own = False
+    for j in range(num_chunks):
+        k = (worker + j) % num_chunks
+        if (j == 0 and held) or claim(claims, stage, k, stride):
+            chunk(t, k, args)
+            atomic_add(done, stage, 1)
+            own = own or j == 0
+    return own
+
+
+@njit(inline="always")
+def run_stage(claims, done, stage, worker, num_chunks, chunk, t, args):
+    """:func:`take_chunks`, then wait until every chunk of ``stage`` is done."""
+    take_chunks(claims, done, stage, worker, num_chunks, False, chunk, t, args)
+    wait_for(done, stage, num_chunks)

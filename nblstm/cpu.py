@@ -104,7 +104,7 @@ class _Scratch(threading.local):
         key = (name, np.dtype(dtype))
         buffer = self.buffers.get(key)
         if buffer is None or buffer.size < size:
-            buffer = np.empty(size, dtype)
+            buffer = _pool.aligned(size, dtype)
             self.buffers[key] = buffer
         return buffer[:size].reshape(shape)
 
@@ -251,7 +251,7 @@ def pack_recurrent(w_rec, bounds, col_off):
     ``[D, P]`` panels of ``P`` columns, zero-padded: the step's right
     operand. Callers run it inside :func:`kernel_section`.
     """
-    packed = np.empty(w_rec.shape[0] * int(col_off[-1]), w_rec.dtype)
+    packed = _pool.aligned(w_rec.shape[0] * int(col_off[-1]), w_rec.dtype)
     pack_chunks(np.ascontiguousarray(w_rec), bounds, col_off, packed, False, w_rec.size >= _MIN_PARALLEL_PACK)
     return packed
 
@@ -412,17 +412,22 @@ def _input_part(t, k, col_off, x2d, w_x, work, batch):
 # Inlined into the time loop: as a call, its ~25 array arguments (each
 # reference-counted) cost about 0.25 us a step, a quarter of a small step.
 @njit(inline="always", **_JIT)
-def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci,
-                   wcf, wco, forget_bias, cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
+def _forward_chunk(t, k, args):
     """Step ``t`` of the units of chunk ``k``: the GEMMs of the gates, then the gate maths.
 
-    With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @ w_rec`` on the
-    micro-kernel, one accumulator per element; ``x_ready``: the chunk's
-    ``x_t @ w_x`` is in ``work`` already (:func:`_input_part`). Otherwise
+    ``args`` is ``(worker, held, arrays)``: the calling worker, whether it
+    claimed its own chunk of step ``t`` ahead and computed its ``x_t @ w_x``
+    into ``work`` (:func:`_input_part`), and :func:`forward_kernel`'s arrays
+    and options. With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @
+    w_rec`` on the micro-kernel, one accumulator per element. Otherwise
     ``i_, ci_, f_, o_`` hold the step's input projections on entry (see
     :func:`forward_kernel`), added to ``h_{t-1} @ w_rec``; the gate maths
     writes the gates over them.
     """
+    worker, held, arrays = args
+    (bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, forget_bias,
+     cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_) = arrays
+    x_ready = held and k == worker
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
     h0 = bounds[k]
@@ -542,9 +547,10 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
             _input_projection(x2d, w_in, pre, rows, k)
     num_chunks = bounds.shape[0] - 1
     if num_chunks == 1:
+        arrays = (bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
+                  use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         for t in range(steps):
-            _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, False, x2d, w_x, bias, cs_prev, h_prev, w_rec,
-                           blocks, work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+            _forward_chunk(t, num_chunks - 1, (num_chunks - 1, False, arrays))
         return
     # Every step in one parallel region (nblstm._sync): worker w takes chunk
     # w of each step, then any chunk still unclaimed, and waits for the
@@ -556,18 +562,12 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     done = np.zeros(steps, np.int64)
     for worker in prange(num_chunks):
         w = np.int64(worker)
+        arrays = (bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
+                  use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         x_ready = False  # this worker holds chunk w of step t, its x_t @ w_x done
         for t in range(steps):
-            own_done = False
-            for j in range(num_chunks):
-                k = (w + j) % num_chunks
-                mine = j == 0 and x_ready
-                if mine or _sync.claim(claims, t, k, num_chunks):
-                    _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec,
-                                   blocks, work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_,
-                                   co_, h_)
-                    _sync.atomic_add(done, t, 1)
-                    own_done = own_done or j == 0
+            own_done = _sync.take_chunks(claims, done, t, w, num_chunks, x_ready, _forward_chunk, t,
+                                         (w, x_ready, arrays))
             x_ready = fused and own_done and t + 1 < steps and _sync.claim(claims, t + 1, w, num_chunks)
             if x_ready:
                 _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
@@ -575,9 +575,10 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
 
 
 @njit(inline="always", **_JIT)  # inlined, as _forward_chunk
-def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks,
-                    dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
-    """Step ``t`` (backwards) of the units of chunk ``k``."""
+def _backward_chunk(t, k, args):
+    """Step ``t`` (backwards) of the units of chunk ``k``; ``args``: :func:`backward_kernel`'s arrays and options."""
+    (bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks, dgates, dc, work, wci, wcf,
+     wco, use_peephole, one, wci_grad, wcf_grad, wco_grad) = args
     batch, units = cs_prev.shape
     h0 = bounds[k]
     h1 = bounds[k + 1]
@@ -658,11 +659,11 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     one = dgates.dtype.type(1.0)
     num_chunks = bounds.shape[0] - 1
     steps = dgates.shape[0]
+    args = (bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks, dgates, dc, work,
+            wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad)
     if num_chunks == 1:
         for t in range(steps - 1, -1, -1):
-            _backward_chunk(t, num_chunks - 1, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                            w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
-                            wcf_grad, wco_grad)
+            _backward_chunk(t, num_chunks - 1, args)
         return
     # One parallel region for all steps, as the forward (nblstm._sync).
     claims = np.zeros(steps * num_chunks, np.int64)
@@ -670,14 +671,7 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     for worker in prange(num_chunks):
         w = np.int64(worker)
         for t in range(steps - 1, -1, -1):
-            for j in range(num_chunks):
-                k = (w + j) % num_chunks
-                if _sync.claim(claims, t, k, num_chunks):
-                    _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                                    w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
-                                    wcf_grad, wco_grad)
-                    _sync.atomic_add(done, t, 1)
-            _sync.wait_for(done, t, num_chunks)
+            _sync.run_stage(claims, done, t, w, num_chunks, _backward_chunk, t, args)
 
 
 @njit(**_JIT)
@@ -798,7 +792,7 @@ def _forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, 
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
     col_off = column_offsets(bounds, 4, dtype)
-    work = np.empty(batch * int(col_off[-1]), dtype)
+    work = _pool.aligned(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
     fused = fused_projection(batch, inputs, dtype)
     if fused:
@@ -854,10 +848,10 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     col_off = column_offsets(bounds, 1, dtype)
     if dgates is None:
         dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
-    work = np.empty(batch * int(col_off[-1]), dtype)
+    work = _pool.aligned(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
     carried = seq_len_max > 1  # a step carries dh from the next one, on the micro-kernel
-    w_rec_t = np.empty(4 * units * int(col_off[-1]) if carried else 0, dtype)
+    w_rec_t = _pool.aligned(4 * units * int(col_off[-1]) if carried else 0, dtype)
     if carried:
         pack_chunks(c(w_rec), bounds, col_off, w_rec_t, True, w_rec.size >= _MIN_PARALLEL_PACK)
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])

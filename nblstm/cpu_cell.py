@@ -51,7 +51,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from . import _microkernel, _sync
+from . import _microkernel, _pool, _sync
 from .cpu import (
     _JIT,
     _MIN_PARALLEL_PACK,
@@ -161,9 +161,11 @@ def _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, fo
 
 
 @njit(**_JIT)
-def _forward_units(t, h0, h1, col0, col1, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias,
-                   cell_clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
-    """Step ``t`` of the units ``h0..h1-1`` (packed columns ``col0..col1-1``): recurrent GEMM, then the gate maths."""
+def _forward_units(t, k, args):
+    """Step ``t`` of the units of chunk ``k``: recurrent GEMM, then the gate maths (``args``: see forward_kernel)."""
+    (bounds, rec_off, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
+     use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_) = args
+    h0, h1, col0, col1 = bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1]
     batch = gates.shape[1]
     depth = m0.shape[1]
     width = col1 - col0
@@ -180,8 +182,10 @@ def _forward_units(t, h0, h1, col0, col1, gates, bias, c0, m0, w_rec, work, leng
 
 
 @njit(**_JIT)
-def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip_on, m_raw_, m_):
-    """Step ``t`` of the projected columns ``p0..p1-1``: ``m = clip(r @ projection)``."""
+def _forward_proj(t, k, args):
+    """Step ``t`` of the projected columns of chunk ``k``: ``m = clip(r @ projection)`` (``args``: forward_kernel's)."""
+    proj_bounds, r_, m0, w_proj, work, lengths, proj_clip, proj_clip_on, m_raw_, m_ = args
+    p0, p1 = proj_bounds[k], proj_bounds[k + 1]
     batch = r_.shape[1]
     units = r_.shape[2]
     pk = p1 - p0
@@ -260,8 +264,6 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     clip = gates.dtype.type(cell_clip)
     pclip = gates.dtype.type(proj_clip)
     steps, batch, four_units = gates.shape
-    units = c0.shape[1]
-    depth = m0.shape[1]
     pre2d = gates.reshape((steps * batch, four_units))
     # The one-block paths pass int64 values, never literals (``lo`` is 0, block
     # ``rows.shape[0] - 2`` is block 0): a literal argument would compile each
@@ -274,12 +276,14 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
             _gemm_rows(x2d, w_x, pre2d, rows, np.int64(r))  # not prange's unsigned index: one compile
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1  # <= num_chunks
+    unit_args = (bounds, rec_off, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act,
+                 use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+    proj_args = (proj_bounds, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
     if num_chunks == 1:
         for t in range(steps):
-            _forward_units(t, lo, units, rec_off[0], rec_off[1], gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f,
-                           w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+            _forward_units(t, lo, unit_args)
             if has_proj:
-                _forward_proj(t, lo, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
+                _forward_proj(t, lo, proj_args)
         return
     # Every step in one parallel region (nblstm._sync): stage 2 t is the
     # units of step t, stage 2 t + 1 its projection (every unit's r first).
@@ -288,22 +292,9 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     for worker in prange(num_chunks):
         w = np.int64(worker)
         for t in range(steps):
-            for j in range(num_chunks):
-                k = (w + j) % num_chunks
-                if _sync.claim(claims, 2 * t, k, num_chunks):
-                    _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, m0,
-                                   w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes,
-                                   has_proj, one, c_raw_, c_, ac_, r_, m_)
-                    _sync.atomic_add(done, 2 * t, 1)
-            _sync.wait_for(done, 2 * t, num_chunks)
+            _sync.run_stage(claims, done, 2 * t, w, num_chunks, _forward_units, t, unit_args)
             if has_proj:
-                for j in range(num_proj_chunks):
-                    k = (w + j) % num_proj_chunks
-                    if _sync.claim(claims, 2 * t + 1, k, num_chunks):
-                        _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, m0, w_proj, proj_work, lengths,
-                                      pclip, proj_clip_on, m_raw_, m_)
-                        _sync.atomic_add(done, 2 * t + 1, 1)
-                _sync.wait_for(done, 2 * t + 1, num_proj_chunks)
+                _sync.run_stage(claims, done, 2 * t + 1, w, num_proj_chunks, _forward_proj, t, proj_args)
 
 
 # ---------------------------------------------------------------------------
@@ -312,9 +303,8 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
 
 
 @njit(**_JIT)
-def _backward_m(t, p0, p1, col0, col1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on,
-                has_proj, one, dm, dm_raw):
-    """Step ``t`` (backwards) of the output-state columns ``p0..p1-1`` (packed ``col0..col1-1``).
+def _backward_m(t, k, args):
+    """Step ``t`` (backwards) of the output-state columns of chunk ``k`` (``args``: see backward_kernel).
 
     ``dm`` holds the gradient of ``m[t]`` from later steps. Rows that were
     active at ``t + 1`` receive it from that step's gate gradients; the
@@ -323,6 +313,9 @@ def _backward_m(t, p0, p1, col0, col1, d_gates, w_rec_t, work, lengths, d_out, m
     gradient of the projection before clipping is written to ``dm_raw[t]``.
     ``t = -1`` only finishes the carry (the gradient of the initial ``m``).
     """
+    (proj_bounds, rt_off, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on, has_proj, one, dm,
+     dm_raw) = args
+    p0, p1, col0, col1 = proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1]
     batch = dm.shape[0]
     steps = d_gates.shape[0]
     four_units = d_gates.shape[2]
@@ -399,10 +392,20 @@ def _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, 
 
 
 @njit(**_JIT)
-def _backward_units(t, h0, h1, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                    cell_clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
-                    w_o_grad):
-    """Step ``t`` (backwards) of the units ``h0..h1-1``: gradient of ``r``, then the gate maths."""
+def _backward_units(t, k, args):
+    """Step ``t`` (backwards) of the units of chunk ``k``: gradient of ``r``, then the gate maths.
+
+    ``args`` is ``(m_args, unit_args)``, :func:`_backward_m`'s and this
+    function's arrays and options (see backward_kernel). Without a
+    projection, unit ``j``'s output is column ``j`` of ``m``: the chunk first
+    runs :func:`_backward_m` on its own columns.
+    """
+    m_args, unit_args = args
+    (bounds, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
+     use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad) = unit_args
+    if not has_proj:
+        _backward_m(t, k, m_args)
+    h0, h1 = bounds[k], bounds[k + 1]
     batch = c0.shape[0]
     depth = dm_raw.shape[2]
     hk = h1 - h0
@@ -476,59 +479,37 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
     one = d_gates.dtype.type(1.0)
     clip = d_gates.dtype.type(cell_clip)
     pclip = d_gates.dtype.type(proj_clip)
-    units = c0.shape[1]
-    depth = dm.shape[1]
     lo = bounds[0]  # 0, as an int64 (see forward_kernel)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
     steps = d_gates.shape[0]
+    m_args = (proj_bounds, rt_off, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj,
+              one, dm, dm_raw)
+    own_args = (bounds, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o, clip, clip_on, act,
+                use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
+    # After step 0, the gradient of m0 from its gate gradients (``t = -1``).
     if num_chunks == 1:
         for t in range(steps - 1, -1, -1):
-            _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
-                        pclip, proj_clip_on, has_proj, one, dm, dm_raw)
-            _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                            clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
-                            w_o_grad)
-    else:
-        # One parallel region for all steps (nblstm._sync). With a
-        # projection, stage 2 t is the m-gradient columns of step t and stage
-        # 2 t + 1 its units (they need every column). Without one, unit j's
-        # output is column j of m: both phases of a chunk touch only its own
-        # columns, one stage a step.
-        claims = np.zeros(2 * steps * num_chunks, np.int64)
-        done = np.zeros(2 * steps, np.int64)
-        for worker in prange(num_chunks):
-            w = np.int64(worker)
-            for t in range(steps - 1, -1, -1):
-                if has_proj:
-                    for j in range(num_proj_chunks):
-                        k = (w + j) % num_proj_chunks
-                        if _sync.claim(claims, 2 * t, k, num_chunks):
-                            _backward_m(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates,
-                                        w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one,
-                                        dm, dm_raw)
-                            _sync.atomic_add(done, 2 * t, 1)
-                    _sync.wait_for(done, 2 * t, num_proj_chunks)
-                for j in range(num_chunks):
-                    k = (w + j) % num_chunks
-                    if _sync.claim(claims, 2 * t + 1, k, num_chunks):
-                        if not has_proj:
-                            _backward_m(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
-                                        proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm,
-                                        dm_raw)
-                        _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work,
-                                        lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one,
-                                        d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
-                        _sync.atomic_add(done, 2 * t + 1, 1)
-                _sync.wait_for(done, 2 * t + 1, num_chunks)
-    # The gradient of m0 from the first step's gate gradients (``t = -1``).
-    if num_proj_chunks == 1:
-        _backward_m(lo - 1, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip,
-                    proj_clip_on, has_proj, one, dm, dm_raw)
-    else:
-        for k in prange(num_proj_chunks):
-            _backward_m(lo - 1, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
-                        proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
+            if has_proj:
+                _backward_m(t, lo, m_args)
+            _backward_units(t, lo, (m_args, own_args))
+        _backward_m(lo - 1, lo, m_args)
+        return
+    # One parallel region for all steps (nblstm._sync). With a projection,
+    # stage 2 t + 2 is the m-gradient columns of step t and stage 2 t + 1
+    # its units (they need every column). Without one, unit j's output is
+    # column j of m: both phases of a chunk touch only its own columns, in
+    # stage 2 t + 1. Stage 0 is the gradient of m0.
+    claims = np.zeros((2 * steps + 1) * num_chunks, np.int64)
+    done = np.zeros(2 * steps + 1, np.int64)
+    for worker in prange(num_chunks):
+        w = np.int64(worker)
+        unit_args = (m_args, own_args)  # built here: a parallel region takes flat tuples only
+        for t in range(steps - 1, -1, -1):
+            if has_proj:
+                _sync.run_stage(claims, done, 2 * t + 2, w, num_proj_chunks, _backward_m, t, m_args)
+            _sync.run_stage(claims, done, 2 * t + 1, w, num_chunks, _backward_units, t, unit_args)
+        _sync.run_stage(claims, done, lo, w, num_proj_chunks, _backward_m, lo - 1, m_args)
 
 
 @njit(**_JIT)
@@ -668,7 +649,7 @@ class PackedWeights:
         # chunk k's columns [i | j | f | o] of the ICFO kernel, and the
         # transposes of w_h's row chunks.
         self.rec_off = column_offsets(self.bounds, 4, dtype)
-        self.w_rec = np.empty(depth * int(self.rec_off[-1]), dtype)
+        self.w_rec = _pool.aligned(depth * int(self.rec_off[-1]), dtype)
         with kernel_section():
             pack_chunks(np.ascontiguousarray(kernel[input_depth:]), self.bounds, self.rec_off, self.w_rec, False,
                         w_h.size >= _MIN_PARALLEL_PACK)
@@ -682,7 +663,7 @@ class PackedWeights:
             self.w_proj = self.w_proj_t = np.zeros(0, dtype)
         # The backward's w_h^T by column chunks, in panels as w_rec.
         self.rt_off = column_offsets(self.proj_bounds, 1, dtype)
-        self.w_rec_t = np.empty(4 * units * int(self.rt_off[-1]), dtype)
+        self.w_rec_t = _pool.aligned(4 * units * int(self.rt_off[-1]), dtype)
         with kernel_section():
             pack_chunks(w_h, self.proj_bounds, self.rt_off, self.w_rec_t, True, w_h.size >= _MIN_PARALLEL_PACK)
         zeros = np.zeros(units, dtype)
@@ -741,15 +722,15 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
         saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
         return saved
     # Every element of these is written by the kernel.
-    gates = np.empty((steps, batch, 4 * units), dtype)
-    c_raw_, c_, ac_, r_ = (np.empty((steps, batch, units), dtype) for _ in range(4))
+    gates = _pool.aligned((steps, batch, 4 * units), dtype)
+    c_raw_, c_, ac_, r_ = (_pool.aligned((steps, batch, units), dtype) for _ in range(4))
     if packed.has_proj:
-        m_raw_, m_ = np.empty((steps, batch, depth), dtype), np.empty((steps, batch, depth), dtype)
+        m_raw_, m_ = _pool.aligned((steps, batch, depth), dtype), _pool.aligned((steps, batch, depth), dtype)
     else:
         m_raw_, m_ = _dummy3(dtype), r_
     saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
     rows = steps * batch
-    work = np.empty(batch * int(packed.rec_off[-1]), dtype)
+    work = _pool.aligned(batch * int(packed.rec_off[-1]), dtype)
     proj_work = np.empty(batch * depth, dtype)
     with kernel_section():
         forward_kernel(x.reshape(rows, inputs), packed.w_x, row_bounds(rows, inputs * 4 * units), c0, m0,
@@ -820,9 +801,9 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
             saved.update(sequence_forward(x, c0, m0, packed, lengths, *saved["forward_options"]))
         d_gates = saved["gates"]
         saved["gates"] = None
-        dm_raw = np.empty((steps, batch, depth), dtype)
+        dm_raw = _pool.aligned((steps, batch, depth), dtype)
         work = np.empty(batch * units, dtype)
-        proj_work = np.empty(batch * int(packed.rt_off[-1]), dtype)
+        proj_work = _pool.aligned(batch * int(packed.rt_off[-1]), dtype)
         lengths = c(lengths, np.int64)
         x_rows = row_bounds(rows, (2 * inputs + 2 * depth) * 4 * units)
         num_blocks = x_rows.shape[0] - 1

@@ -22,9 +22,9 @@ def _address(a):
     return a.__array_interface__["data"][0]
 
 
-def test_small_blocks_come_from_numpy():
+def test_small_blocks_come_from_numpy_aligned():
     a = _pool.empty((10, 10), np.float32)
-    assert a.base is None and a.flags.c_contiguous and a.dtype == np.float32
+    assert a.flags.c_contiguous and a.dtype == np.float32 and a.ctypes.data % _pool.ALIGNMENT == 0
 
 
 def test_a_freed_block_is_reused(small_pool):
@@ -34,7 +34,7 @@ def test_a_freed_block_is_reused(small_pool):
     del a
     gc.collect()
     b = _pool.empty((7, 3, 64), np.float32)
-    assert _address(b) == where
+    assert _address(b) == where and where % _pool.ALIGNMENT == 0
     c = _pool.empty((7, 3, 64), np.float32)  # b is alive: fresh memory
     assert _address(c) != where
 
@@ -87,3 +87,38 @@ def test_forward_outputs_from_the_pool_stay_intact(small_pool):
     assert min(abs(_address(o) - where) for o in third) < 7 * t * b * h * 4, "freed block not reused"
     for a, k in zip(third, kept, strict=True):
         np.testing.assert_array_equal(a, k)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("shape", [0, 1, 7, (3, 5), (2, 3, 4)])
+def test_aligned_arrays(shape, dtype):
+    arrays = [_pool.aligned(shape, dtype) for _ in range(8)]
+    for k, a in enumerate(arrays):
+        assert a.shape == np.empty(shape).shape and a.dtype == dtype
+        assert a.flags.c_contiguous and a.flags.writeable
+        assert a.size == 0 or _address(a) % _pool.ALIGNMENT == 0
+        a[...] = k
+    for k, a in enumerate(arrays):  # each has memory of its own
+        assert np.all(a == k)
+
+
+def test_panels_and_outputs_are_aligned():
+    """The micro-kernel's packed weights, and the arrays the gate maths runs over."""
+    from nblstm import cpu, cpu_cell
+
+    rng = np.random.default_rng(0)
+    for units in (3, 5, 17):
+        w = rng.standard_normal((units, 4 * units)).astype(np.float32)
+        bounds = cpu.chunk_bounds(1, units, 2)
+        packed = cpu.pack_recurrent(w, bounds, cpu.column_offsets(bounds, 4, np.float32))
+        assert _address(packed) % _pool.ALIGNMENT == 0
+        weights = {"kernel": rng.standard_normal((2 + units, 4 * units)).astype(np.float32),
+                   "bias": np.zeros(4 * units, np.float32)}
+        cell_packed = cpu_cell.PackedWeights(weights, 2, 1)
+        assert _address(cell_packed.w_rec) % _pool.ALIGNMENT == 0
+        assert _address(cell_packed.w_rec_t) % _pool.ALIGNMENT == 0
+    # The seven outputs are views of one block: each is aligned when B H is a multiple of 16 floats.
+    x = rng.standard_normal((3, 2, 5)).astype(np.float32)
+    out = nblstm.block_lstm(x, np.zeros((2, 8), np.float32), np.zeros((2, 8), np.float32),
+                            rng.standard_normal((13, 32)).astype(np.float32), np.zeros(32, np.float32))
+    assert all(_address(o) % _pool.ALIGNMENT == 0 for o in out)
