@@ -15,9 +15,8 @@ unclaimed. A worker alone does every chunk itself; a stalled thread's chunk
 is taken over by another. Chunk results do not depend on which thread
 computes them.
 
-:func:`take_chunks` and :func:`run_stage` are that loop for every kernel:
-the stage's chunk function is passed in and inlined, with its arrays in one
-tuple (a parallel region takes flat tuples of arrays and scalars).
+:func:`claimed_chunks` is that loop, for every kernel: a generator of the
+chunks a worker claims, whose caller runs each chunk in its loop body.
 
 The counters are 1-D ``int64`` arrays updated with sequentially consistent
 atomic adds (LLVM ``atomicrmw``): a chunk's writes happen before its
@@ -111,15 +110,14 @@ def claim(claims, stage, chunk, stride):
     return atomic_add(claims, stage * stride + chunk, 1) == 0
 
 
-@njit(inline="always")
-def take_chunks(claims, done, stage, worker, num_chunks, held, chunk, t, args):
-    """Run every chunk of ``stage`` that this worker claims, and count each one done.
+@njit
+def claimed_chunks(claims, done, stage, worker, num_chunks, held):
+    """Yield every chunk of ``stage`` this worker claims, and count each one done once the caller has run it.
 
     The worker claims its own chunk ``worker`` first, then the others in
-    turn (``worker + 1, worker + 2, ...`` modulo ``num_chunks``), and runs
-    ``chunk(t, k, args)`` for each chunk ``k`` it wins. It does not wait for
-    the other workers' chunks: :func:`wait_for` ``(done, stage,
-    num_chunks)`` does.
+    turn (``worker + 1, worker + 2, ...`` modulo ``num_chunks``). It does not
+    wait for the other workers' chunks: :func:`wait_for` ``(done, stage,
+    num_chunks)`` does. Usage: ``for k in claimed_chunks(...): <chunk k>``.
 
     Parameters
     ----------
@@ -132,30 +130,10 @@ def take_chunks(claims, done, stage, worker, num_chunks, held, chunk, t, args):
     held : bool
         The worker has claimed its own chunk of ``stage`` already (with
         :func:`claim`, to start on it early).
-    chunk : jitted function
-        ``chunk(t, k, args)`` computes chunk ``k``; inlined here.
-    t : int64
-    args : tuple
-        Passed to ``chunk`` as is.
-
-    Returns
-    -------
-    bool
-        Whether the worker ran its own chunk.
     """
     stride = claims.shape[0] // done.shape[0]
-    own = False
     for j in range(num_chunks):
         k = (worker + j) % num_chunks
         if (j == 0 and held) or claim(claims, stage, k, stride):
-            chunk(t, k, args)
+            yield k
             atomic_add(done, stage, 1)
-            own = own or j == 0
-    return own
-
-
-@njit(inline="always")
-def run_stage(claims, done, stage, worker, num_chunks, chunk, t, args):
-    """:func:`take_chunks`, then wait until every chunk of ``stage`` is done."""
-    take_chunks(claims, done, stage, worker, num_chunks, False, chunk, t, args)
-    wait_for(done, stage, num_chunks)

@@ -73,8 +73,12 @@ def check_arrays(named, ranks):
     ValueError
         An argument of the wrong rank.
     """
-    infos = {name: describe_array(name, value) for name, value in named.items()}
-    kinds = {info.kind for info in infos.values()}
+    if all(type(value) is np.ndarray for value in named.values()):  # the usual case, in one pass
+        infos = {name: ArrayInfo(name, value, "host", value.shape, value.dtype) for name, value in named.items()}
+        kinds = ("host",)
+    else:
+        infos = {name: describe_array(name, value) for name, value in named.items()}
+        kinds = {info.kind for info in infos.values()}
     if len(kinds) > 1:
         host = [n for n, i in infos.items() if i.kind == "host"]
         device = [n for n, i in infos.items() if i.kind == "device"]
@@ -86,7 +90,7 @@ def check_arrays(named, ranks):
     if first.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{first.name} has dtype {first.dtype}; expected float16, float32 or float64")
     for info in infos.values():
-        if info.dtype != first.dtype:
+        if info.dtype is not first.dtype and info.dtype != first.dtype:
             raise TypeError(
                 f"{info.name} has dtype {info.dtype}; expected {first.dtype} (the dtype of {first.name}): "
                 "all arrays must share one dtype"

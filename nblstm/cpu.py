@@ -218,10 +218,17 @@ def column_offsets(bounds, per_unit, dtype):
 
     Chunk ``k`` has ``per_unit * hk`` columns (4 gates in forward, 1 unit in
     backward), padded to a multiple of the micro-kernel's panel width
-    (:mod:`nblstm._microkernel`).
+    (:mod:`nblstm._microkernel`). Cached, as :func:`_split`: the array is
+    shared between calls and must not be modified.
     """
+    return _column_offsets(bounds.tobytes(), per_unit, np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _column_offsets(bounds_bytes, per_unit, dtype):
+    bounds = np.frombuffer(bounds_bytes, np.int64).tolist()
     offsets = [0]
-    for h0, h1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for h0, h1 in zip(bounds[:-1], bounds[1:]):
         offsets.append(offsets[-1] + _microkernel.padded(per_unit * (h1 - h0), dtype))
     return np.array(offsets, np.int64)
 
@@ -412,22 +419,17 @@ def _input_part(t, k, col_off, x2d, w_x, work, batch):
 # Inlined into the time loop: as a call, its ~25 array arguments (each
 # reference-counted) cost about 0.25 us a step, a quarter of a small step.
 @njit(inline="always", **_JIT)
-def _forward_chunk(t, k, args):
+def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci,
+                   wcf, wco, forget_bias, cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
     """Step ``t`` of the units of chunk ``k``: the GEMMs of the gates, then the gate maths.
 
-    ``args`` is ``(worker, held, arrays)``: the calling worker, whether it
-    claimed its own chunk of step ``t`` ahead and computed its ``x_t @ w_x``
-    into ``work`` (:func:`_input_part`), and :func:`forward_kernel`'s arrays
-    and options. With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @
-    w_rec`` on the micro-kernel, one accumulator per element. Otherwise
+    With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @ w_rec`` on the
+    micro-kernel, one accumulator per element; ``x_ready``: the chunk's
+    ``x_t @ w_x`` is in ``work`` already (:func:`_input_part`). Otherwise
     ``i_, ci_, f_, o_`` hold the step's input projections on entry (see
     :func:`forward_kernel`), added to ``h_{t-1} @ w_rec``; the gate maths
     writes the gates over them.
     """
-    worker, held, arrays = args
-    (bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, forget_bias,
-     cell_clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_) = arrays
-    x_ready = held and k == worker
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
     h0 = bounds[k]
@@ -547,10 +549,9 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
             _input_projection(x2d, w_in, pre, rows, k)
     num_chunks = bounds.shape[0] - 1
     if num_chunks == 1:
-        arrays = (bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
-                  use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         for t in range(steps):
-            _forward_chunk(t, num_chunks - 1, (num_chunks - 1, False, arrays))
+            _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, False, x2d, w_x, bias, cs_prev, h_prev, w_rec,
+                           blocks, work, wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
         return
     # Every step in one parallel region (nblstm._sync): worker w takes chunk
     # w of each step, then any chunk still unclaimed, and waits for the
@@ -562,12 +563,14 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     done = np.zeros(steps, np.int64)
     for worker in prange(num_chunks):
         w = np.int64(worker)
-        arrays = (bounds, col_off, fused, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci, wcf, wco, fb, clip,
-                  use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
-        x_ready = False  # this worker holds chunk w of step t, its x_t @ w_x done
+        x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
         for t in range(steps):
-            own_done = _sync.take_chunks(claims, done, t, w, num_chunks, x_ready, _forward_chunk, t,
-                                         (w, x_ready, arrays))
+            own_done = False
+            for k in _sync.claimed_chunks(claims, done, t, w, num_chunks, x_ready):
+                mine = x_ready and k == w
+                _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work,
+                               wci, wcf, wco, fb, clip, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                own_done = own_done or k == w
             x_ready = fused and own_done and t + 1 < steps and _sync.claim(claims, t + 1, w, num_chunks)
             if x_ready:
                 _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
@@ -575,10 +578,9 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
 
 
 @njit(inline="always", **_JIT)  # inlined, as _forward_chunk
-def _backward_chunk(t, k, args):
-    """Step ``t`` (backwards) of the units of chunk ``k``; ``args``: :func:`backward_kernel`'s arrays and options."""
-    (bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks, dgates, dc, work, wci, wcf,
-     wco, use_peephole, one, wci_grad, wcf_grad, wco_grad) = args
+def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks,
+                    dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
+    """Step ``t`` (backwards) of the units of chunk ``k``."""
     batch, units = cs_prev.shape
     h0 = bounds[k]
     h1 = bounds[k + 1]
@@ -659,11 +661,11 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     one = dgates.dtype.type(1.0)
     num_chunks = bounds.shape[0] - 1
     steps = dgates.shape[0]
-    args = (bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks, dgates, dc, work,
-            wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad)
     if num_chunks == 1:
         for t in range(steps - 1, -1, -1):
-            _backward_chunk(t, num_chunks - 1, args)
+            _backward_chunk(t, num_chunks - 1, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
+                            w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                            wcf_grad, wco_grad)
         return
     # One parallel region for all steps, as the forward (nblstm._sync).
     claims = np.zeros(steps * num_chunks, np.int64)
@@ -671,7 +673,11 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     for worker in prange(num_chunks):
         w = np.int64(worker)
         for t in range(steps - 1, -1, -1):
-            _sync.run_stage(claims, done, t, w, num_chunks, _backward_chunk, t, args)
+            for k in _sync.claimed_chunks(claims, done, t, w, num_chunks, False):
+                _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
+                                blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
+                                wco_grad)
+            _sync.wait_for(done, t, num_chunks)
 
 
 @njit(**_JIT)

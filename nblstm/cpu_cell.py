@@ -161,11 +161,9 @@ def _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, fo
 
 
 @njit(**_JIT)
-def _forward_units(t, k, args):
-    """Step ``t`` of the units of chunk ``k``: recurrent GEMM, then the gate maths (``args``: see forward_kernel)."""
-    (bounds, rec_off, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
-     use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_) = args
-    h0, h1, col0, col1 = bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1]
+def _forward_units(t, h0, h1, col0, col1, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias,
+                   cell_clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
+    """Step ``t`` of the units ``h0..h1-1`` (packed columns ``col0..col1-1``): recurrent GEMM, then the gate maths."""
     batch = gates.shape[1]
     depth = m0.shape[1]
     width = col1 - col0
@@ -182,10 +180,8 @@ def _forward_units(t, k, args):
 
 
 @njit(**_JIT)
-def _forward_proj(t, k, args):
-    """Step ``t`` of the projected columns of chunk ``k``: ``m = clip(r @ projection)`` (``args``: forward_kernel's)."""
-    proj_bounds, r_, m0, w_proj, work, lengths, proj_clip, proj_clip_on, m_raw_, m_ = args
-    p0, p1 = proj_bounds[k], proj_bounds[k + 1]
+def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip_on, m_raw_, m_):
+    """Step ``t`` of the projected columns ``p0..p1-1``: ``m = clip(r @ projection)``."""
     batch = r_.shape[1]
     units = r_.shape[2]
     pk = p1 - p0
@@ -264,6 +260,8 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     clip = gates.dtype.type(cell_clip)
     pclip = gates.dtype.type(proj_clip)
     steps, batch, four_units = gates.shape
+    units = c0.shape[1]
+    depth = m0.shape[1]
     pre2d = gates.reshape((steps * batch, four_units))
     # The one-block paths pass int64 values, never literals (``lo`` is 0, block
     # ``rows.shape[0] - 2`` is block 0): a literal argument would compile each
@@ -276,14 +274,12 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
             _gemm_rows(x2d, w_x, pre2d, rows, np.int64(r))  # not prange's unsigned index: one compile
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1  # <= num_chunks
-    unit_args = (bounds, rec_off, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act,
-                 use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
-    proj_args = (proj_bounds, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
     if num_chunks == 1:
         for t in range(steps):
-            _forward_units(t, lo, unit_args)
+            _forward_units(t, lo, units, rec_off[0], rec_off[1], gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f,
+                           w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
             if has_proj:
-                _forward_proj(t, lo, proj_args)
+                _forward_proj(t, lo, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
         return
     # Every step in one parallel region (nblstm._sync): stage 2 t is the
     # units of step t, stage 2 t + 1 its projection (every unit's r first).
@@ -292,9 +288,16 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     for worker in prange(num_chunks):
         w = np.int64(worker)
         for t in range(steps):
-            _sync.run_stage(claims, done, 2 * t, w, num_chunks, _forward_units, t, unit_args)
+            for k in _sync.claimed_chunks(claims, done, 2 * t, w, num_chunks, False):
+                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, m0, w_rec,
+                               work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one,
+                               c_raw_, c_, ac_, r_, m_)
+            _sync.wait_for(done, 2 * t, num_chunks)
             if has_proj:
-                _sync.run_stage(claims, done, 2 * t + 1, w, num_proj_chunks, _forward_proj, t, proj_args)
+                for k in _sync.claimed_chunks(claims, done, 2 * t + 1, w, num_proj_chunks, False):
+                    _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, m0, w_proj, proj_work, lengths, pclip,
+                                  proj_clip_on, m_raw_, m_)
+                _sync.wait_for(done, 2 * t + 1, num_proj_chunks)
 
 
 # ---------------------------------------------------------------------------
@@ -303,8 +306,9 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
 
 
 @njit(**_JIT)
-def _backward_m(t, k, args):
-    """Step ``t`` (backwards) of the output-state columns of chunk ``k`` (``args``: see backward_kernel).
+def _backward_m(t, p0, p1, col0, col1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on,
+                has_proj, one, dm, dm_raw):
+    """Step ``t`` (backwards) of the output-state columns ``p0..p1-1`` (packed ``col0..col1-1``).
 
     ``dm`` holds the gradient of ``m[t]`` from later steps. Rows that were
     active at ``t + 1`` receive it from that step's gate gradients; the
@@ -313,9 +317,6 @@ def _backward_m(t, k, args):
     gradient of the projection before clipping is written to ``dm_raw[t]``.
     ``t = -1`` only finishes the carry (the gradient of the initial ``m``).
     """
-    (proj_bounds, rt_off, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on, has_proj, one, dm,
-     dm_raw) = args
-    p0, p1, col0, col1 = proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1]
     batch = dm.shape[0]
     steps = d_gates.shape[0]
     four_units = d_gates.shape[2]
@@ -392,20 +393,10 @@ def _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, 
 
 
 @njit(**_JIT)
-def _backward_units(t, k, args):
-    """Step ``t`` (backwards) of the units of chunk ``k``: gradient of ``r``, then the gate maths.
-
-    ``args`` is ``(m_args, unit_args)``, :func:`_backward_m`'s and this
-    function's arrays and options (see backward_kernel). Without a
-    projection, unit ``j``'s output is column ``j`` of ``m``: the chunk first
-    runs :func:`_backward_m` on its own columns.
-    """
-    m_args, unit_args = args
-    (bounds, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
-     use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad) = unit_args
-    if not has_proj:
-        _backward_m(t, k, m_args)
-    h0, h1 = bounds[k], bounds[k + 1]
+def _backward_units(t, h0, h1, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
+                    cell_clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
+                    w_o_grad):
+    """Step ``t`` (backwards) of the units ``h0..h1-1``: gradient of ``r``, then the gate maths."""
     batch = c0.shape[0]
     depth = dm_raw.shape[2]
     hk = h1 - h0
@@ -479,37 +470,46 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
     one = d_gates.dtype.type(1.0)
     clip = d_gates.dtype.type(cell_clip)
     pclip = d_gates.dtype.type(proj_clip)
+    units = c0.shape[1]
+    depth = dm.shape[1]
     lo = bounds[0]  # 0, as an int64 (see forward_kernel)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
     steps = d_gates.shape[0]
-    m_args = (proj_bounds, rt_off, d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj,
-              one, dm, dm_raw)
-    own_args = (bounds, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o, clip, clip_on, act,
-                use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
     # After step 0, the gradient of m0 from its gate gradients (``t = -1``).
     if num_chunks == 1:
-        for t in range(steps - 1, -1, -1):
-            if has_proj:
-                _backward_m(t, lo, m_args)
-            _backward_units(t, lo, (m_args, own_args))
-        _backward_m(lo - 1, lo, m_args)
+        for t in range(steps - 1, -2, -1):
+            _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
+                        pclip, proj_clip_on, has_proj, one, dm, dm_raw)
+            if t >= 0:
+                _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
+                                clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
+                                w_o_grad)
         return
     # One parallel region for all steps (nblstm._sync). With a projection,
     # stage 2 t + 2 is the m-gradient columns of step t and stage 2 t + 1
     # its units (they need every column). Without one, unit j's output is
     # column j of m: both phases of a chunk touch only its own columns, in
-    # stage 2 t + 1. Stage 0 is the gradient of m0.
+    # stage 2 t + 1. Stage 0 is the gradient of m0 (t = -1).
     claims = np.zeros((2 * steps + 1) * num_chunks, np.int64)
     done = np.zeros(2 * steps + 1, np.int64)
     for worker in prange(num_chunks):
         w = np.int64(worker)
-        unit_args = (m_args, own_args)  # built here: a parallel region takes flat tuples only
-        for t in range(steps - 1, -1, -1):
-            if has_proj:
-                _sync.run_stage(claims, done, 2 * t + 2, w, num_proj_chunks, _backward_m, t, m_args)
-            _sync.run_stage(claims, done, 2 * t + 1, w, num_chunks, _backward_units, t, unit_args)
-        _sync.run_stage(claims, done, lo, w, num_proj_chunks, _backward_m, lo - 1, m_args)
+        for t in range(steps - 1, -2, -1):
+            if has_proj or t < 0:
+                for k in _sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
+                    _backward_m(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
+                                proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
+                _sync.wait_for(done, 2 * t + 2, num_proj_chunks)
+            if t >= 0:
+                for k in _sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
+                    if not has_proj:
+                        _backward_m(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
+                                    proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
+                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths,
+                                    w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc,
+                                    w_i_grad, w_f_grad, w_o_grad)
+                _sync.wait_for(done, 2 * t + 1, num_chunks)
 
 
 @njit(**_JIT)
