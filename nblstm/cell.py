@@ -1143,7 +1143,7 @@ class LSTMCell:
     def _packed_for(self, ct, batch):
         from .cpu_cell import PackedWeights, chunk_bounds
 
-        key = (ct.str, tuple(chunk_bounds(max(batch, 1), self.num_units)))
+        key = (ct.str, chunk_bounds(max(batch, 1), self.num_units).tobytes())
         packed = self._packed.get(key)
         if packed is None:
             weights = {k: np.ascontiguousarray(a, ct) for k, a in self._weights.items()}

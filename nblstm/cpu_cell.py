@@ -723,7 +723,7 @@ def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_cl
         return saved
     # Every element of these is written by the kernel.
     gates = _pool.aligned((steps, batch, 4 * units), dtype)
-    c_raw_, c_, ac_, r_ = (_pool.aligned((steps, batch, units), dtype) for _ in range(4))
+    c_raw_, c_, ac_, r_ = _pool.aligned((4, steps, batch, units), dtype)  # one allocation
     if packed.has_proj:
         m_raw_, m_ = _pool.aligned((steps, batch, depth), dtype), _pool.aligned((steps, batch, depth), dtype)
     else:
@@ -752,6 +752,9 @@ def masked_outputs(saved):
     """Outputs ``[T, B, P]``: ``m``, zero from each example's length on."""
     m = saved["m"]
     steps = m.shape[0]
+    lengths = saved["lengths"]
+    if lengths.size == 0 or lengths.min() >= steps:  # nothing to mask (the usual case)
+        return m.copy()
     mask = np.arange(steps)[:, None] < saved["lengths"][None, :]
     return np.where(mask[:, :, None], m, 0).astype(m.dtype, copy=False)
 
