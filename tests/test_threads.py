@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import nblstm
-from nblstm import _blas, cpu
+from nblstm import _blas, _sync, cpu
 from tests.test_properties import make_arrays
 
 # (T, B, I, H): one chunk; hidden units split across threads (B * H * 4H >= 32768); the input
@@ -247,6 +247,35 @@ def test_more_chunks_than_threads(threads, monkeypatch, restore_num_threads):
     numba.set_num_threads(threads)
     got = run_job(job)
     assert_identical(got, expected, f"5 chunks on {threads} thread(s)")
+
+
+@numba.njit
+def _claim_round(claims, done, stage, worker, num_chunks, held):
+    """Run :func:`nblstm._sync.claimed_chunks` on one thread: the chunks it yields, and ``done`` seen in each."""
+    order = np.full(num_chunks, -1, np.int64)
+    done_before = np.full(num_chunks, -1, np.int64)
+    n = 0
+    for k in _sync.claimed_chunks(claims, done, stage, worker, num_chunks, held):
+        order[n] = k
+        done_before[n] = done[stage]
+        n += 1
+    return order[:n], done_before[:n]
+
+
+def test_claimed_chunks_own_chunk_first_then_the_rest_once():
+    num_chunks, stages = 5, 3
+    claims, done = np.zeros(stages * num_chunks, np.int64), np.zeros(stages, np.int64)
+    order, done_before = _claim_round(claims, done, 1, 2, num_chunks, False)
+    assert order.tolist() == [2, 3, 4, 0, 1]
+    assert done_before.tolist() == [0, 1, 2, 3, 4], "a chunk is counted done only after the caller ran it"
+    assert done.tolist() == [0, 5, 0] and claims.reshape(stages, num_chunks)[1].tolist() == [1] * num_chunks
+    order, _ = _claim_round(claims, done, 1, 0, num_chunks, False)
+    assert order.size == 0 and done[1] == 5, "every chunk of the stage was taken: another worker gets none"
+    # Worker 3 claimed its own chunk of stage 2 ahead (held); worker 0 took chunk 4 meanwhile.
+    assert _sync.claim(claims, 2, 3, num_chunks) and _sync.claim(claims, 2, 4, num_chunks)
+    order, _ = _claim_round(claims, done, 2, 3, num_chunks, True)
+    assert order.tolist() == [3, 0, 1, 2] and done[2] == 4
+    assert claims.reshape(stages, num_chunks)[2].tolist() == [1, 1, 1, 1, 2], "only chunk 4 was asked for twice"
 
 
 def _resident_bytes():
