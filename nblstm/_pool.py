@@ -67,11 +67,11 @@ def aligned(shape, dtype):
 
     Parameters
     ----------
-    shape : int or tuple of int
+    shape : int or sequence of int
     dtype : numpy dtype
     """
     dtype = np.dtype(dtype)
-    count = math.prod(shape) if isinstance(shape, tuple) else shape
+    count = math.prod(shape) if isinstance(shape, (tuple, list)) else shape
     buffer = np.empty(count * dtype.itemsize + ALIGNMENT, np.uint8)
     return np.ndarray(shape, dtype, buffer, _misalignment(buffer))
 

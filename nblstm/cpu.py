@@ -221,7 +221,7 @@ def column_offsets(bounds, per_unit, dtype):
     (:mod:`nblstm._microkernel`). Cached, as :func:`_split`: the array is
     shared between calls and must not be modified.
     """
-    return _column_offsets(bounds.tobytes(), per_unit, np.dtype(dtype))
+    return _column_offsets(np.asarray(bounds, np.int64).tobytes(), per_unit, np.dtype(dtype))
 
 
 @functools.lru_cache(maxsize=256)

@@ -90,11 +90,11 @@ def test_forward_outputs_from_the_pool_stay_intact(small_pool):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int64])
-@pytest.mark.parametrize("shape", [0, 1, 7, (3, 5), (2, 3, 4)])
+@pytest.mark.parametrize("shape", [0, 1, 7, (3, 5), (2, 3, 4), [2, 3], np.int64(5)])
 def test_aligned_arrays(shape, dtype):
     arrays = [_pool.aligned(shape, dtype) for _ in range(8)]
     for k, a in enumerate(arrays):
-        assert a.shape == np.empty(shape).shape and a.dtype == dtype
+        assert a.shape == np.empty(shape).shape and a.dtype == dtype, (a.shape, shape)
         assert a.flags.c_contiguous and a.flags.writeable
         assert a.size == 0 or _address(a) % _pool.ALIGNMENT == 0
         a[...] = k
@@ -122,3 +122,14 @@ def test_panels_and_outputs_are_aligned():
     out = nblstm.block_lstm(x, np.zeros((2, 8), np.float32), np.zeros((2, 8), np.float32),
                             rng.standard_normal((13, 32)).astype(np.float32), np.zeros(32, np.float32))
     assert all(_address(o) % _pool.ALIGNMENT == 0 for o in out)
+
+
+def test_column_offsets_of_any_integer_bounds():
+    from nblstm import cpu
+
+    expected = cpu.column_offsets(np.array([0, 5, 12, 16], np.int64), 4, np.float32)
+    for dtype in (np.int32, np.uint16, np.int64):
+        got = cpu.column_offsets(np.array([0, 5, 12, 16], dtype), 4, np.float32)
+        np.testing.assert_array_equal(got, expected)
+    padded = [nblstm._microkernel.padded(4 * n, np.float32) for n in (5, 7, 4)]  # 4 gates of 5, 7, 4 units
+    assert expected.tolist() == [0, padded[0], padded[0] + padded[1], sum(padded)]
