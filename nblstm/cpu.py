@@ -853,7 +853,7 @@ def _backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_le
     bounds = chunk_bounds(batch, units)
     col_off = column_offsets(bounds, 1, dtype)
     if dgates is None:
-        dgates = np.empty((seq_len_max, batch, 4 * units), dtype)
+        dgates = _pool.aligned((seq_len_max, batch, 4 * units), dtype)
     work = _pool.aligned(batch * int(col_off[-1]), dtype)
     c = np.ascontiguousarray
     carried = seq_len_max > 1  # a step carries dh from the next one, on the micro-kernel
