@@ -10,7 +10,7 @@ needs no CUDA driver.
 """
 
 from . import convert, raw_ops
-from ._warmup import warmup
+from ._tools.warmup import warmup
 from .cell import LSTMCell, LSTMStateTuple
 from .ops import (
     BlockLSTMGradOutput,

@@ -9,6 +9,26 @@ import numbers
 
 import numpy as np
 
+__all__ = [
+    "LAYOUTS",
+    "SUPPORTED_DTYPES",
+    "ArrayInfo",
+    "check_arrays",
+    "check_batch_size",
+    "check_bool",
+    "check_clip_bound",
+    "check_dtype",
+    "check_layout",
+    "check_lengths",
+    "check_positive_int",
+    "check_real",
+    "check_seq_len_max",
+    "check_shape",
+    "describe_array",
+    "to_device",
+    "to_host",
+]
+
 #: dtypes the kernels accept (float16 is computed in float32 on the CPU).
 SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 LAYOUTS = ("ifco", "icfo")
@@ -147,3 +167,97 @@ def check_layout(value):
     if value.lower() not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {value!r}")
     return value.lower()
+
+
+def check_positive_int(name, value, allow_none=False):
+    """Return ``value`` as an int ``> 0`` (or ``None`` when allowed)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive int{' or None' if allow_none else ''}, "
+                        f"got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return int(value)
+
+
+def check_clip_bound(name, value):
+    """Return a clip bound: ``None`` or a float ``>= 0`` (the cell's convention: ``0`` clips to zero)."""
+    if value is None:
+        return None
+    value = check_real(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 or None, got {value}")
+    return value
+
+
+def check_dtype(name, value, allow_none=True):
+    """Return ``value`` as one of :data:`SUPPORTED_DTYPES` (or ``None`` when allowed)."""
+    if value is None and allow_none:
+        return None
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"{name} must be float16, float32 or float64, got {value!r}") from None
+    if dt not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} must be float16, float32 or float64, got {dt}")
+    return dt
+
+
+def check_batch_size(value, name="batch_size"):
+    """Return a batch size, an int ``>= 0`` (an integral float is accepted, as TensorFlow does)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, got bool")
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and float(value).is_integer():
+        value = int(value)  # TensorFlow accepts a float batch size
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def check_lengths(sequence_length, steps, batch):
+    """Per-example lengths as a ``[B]`` int64 NumPy array in ``[0, T]``; ``None`` means ``T`` for every example.
+
+    ``sequence_length`` may be a NumPy array, a list or tuple of ints, or an
+    array on a GPU (copied to the host: the lengths are validated there).
+    """
+    if sequence_length is None:
+        return np.full(batch, steps, np.int64)
+    if not isinstance(sequence_length, np.ndarray):
+        if hasattr(sequence_length, "copy_to_host") or hasattr(sequence_length, "__cuda_array_interface__"):
+            sequence_length = to_host(sequence_length)
+        elif isinstance(sequence_length, (list, tuple)):
+            if not all(isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+                       for x in sequence_length):
+                raise TypeError("sequence_length must hold integers")
+            sequence_length = np.array(sequence_length, np.int64).reshape(len(sequence_length))
+        else:
+            raise TypeError(f"sequence_length must be a [B] integer array or list, got "
+                            f"{type(sequence_length).__name__}")
+    if sequence_length.dtype.kind not in "iu":
+        raise TypeError(f"sequence_length must have an integer dtype, got {sequence_length.dtype}")
+    if sequence_length.shape != (batch,):
+        raise ValueError(f"sequence_length has shape {sequence_length.shape}; expected ({batch},) "
+                         "(one length per example, B from inputs)")
+    if batch and (sequence_length.min() < 0 or sequence_length.max() > steps):
+        raise ValueError(f"sequence_length values must be in [0, T] = [0, {steps}], got "
+                         f"min {sequence_length.min()}, max {sequence_length.max()}")
+    return sequence_length.astype(np.int64)
+
+
+def to_host(value):
+    """A NumPy copy of an array that lives on a GPU (``numba.cuda`` imported only here)."""
+    if hasattr(value, "copy_to_host"):
+        return value.copy_to_host()
+    from numba import cuda
+
+    return cuda.as_cuda_array(value).copy_to_host()
+
+
+def to_device(value):
+    """A Numba device array copied from a host array."""
+    from numba import cuda
+
+    return cuda.to_device(np.ascontiguousarray(value))

@@ -1,21 +1,22 @@
-"""The functional API: validation, target choice from the array type, and the ops.
+"""The functional API: validate, build the options record, dispatch.
 
-Data flows one way: a public call is validated here, the target is chosen
-from the kind of arrays given (NumPy arrays run on the CPU, arrays that live
-on a GPU run on the GPU), and the target's entry point runs the kernels.
-The CUDA target is imported only when GPU arrays are seen, so
-``import nblstm`` never needs a CUDA driver.
+Data flows one way: a public call is validated here
+(:mod:`nblstm._validate`), its options become one
+:class:`~nblstm.options.OpOptions`, the target is chosen from the kind of
+arrays given (:func:`nblstm._dispatch.target_for`: NumPy arrays run on the
+CPU, arrays that live on a GPU run on the GPU), and the target's entry
+point runs the kernels (:ref:`design-contract`).
 
 The functions here use the TensorFlow op names for arrays (``cs``, ``h``,
 ``w``, ``b``...) and take the gate layout and ``forget_bias`` as arguments;
 :mod:`nblstm.raw_ops` wraps them with TensorFlow's exact signatures.
 """
 
-import functools
-import importlib
 from collections import namedtuple
 
 from . import _validate as v
+from ._dispatch import check_stream, target_for
+from .options import OpOptions, op_cell_clip
 
 __all__ = [
     "BlockLSTMOutput",
@@ -58,40 +59,15 @@ wco_grad [H]`` of this step.
 _OUTPUT_NAMES = ("i", "cs", "f", "o", "ci", "co", "h")
 # Stands for "this op has no bias argument" (the gradient ops), unlike None,
 # which is a wrong value for a bias.
-_NO_BIAS = object()
+NO_BIAS = object()
 _PEEPHOLES = ("wci", "wcf", "wco")
 
 
-def _target(kind):
-    """The module that runs the kernels for arrays of ``kind`` ("host" or "device")."""
-    if kind == "host":
-        return _cpu_module()
-    try:
-        return importlib.import_module(".cuda", __package__)
-    except ImportError as err:  # numba-cuda missing or broken: say what to install
-        raise RuntimeError(
-            f"GPU arrays were given, but the CUDA target cannot be loaded ({err}); install nblstm[cuda] "
-            "(numba-cuda) or pass NumPy arrays to run on the CPU"
-        ) from err
-
-
-@functools.cache
-def _cpu_module():
-    """:mod:`nblstm.cpu`, imported on first use (it imports numba)."""
-    return importlib.import_module(".cpu", __package__)
-
-
-def _check_stream(kind, stream):
-    if stream is not None and kind == "host":
-        raise ValueError("stream applies to GPU arrays only; the arrays given are NumPy arrays")
-
-
-def _options(seq_len_max, steps, forget_bias, cell_clip, use_peephole, layout):
-    """Validate the scalar arguments; returns them normalised."""
-    return (
-        v.check_seq_len_max(seq_len_max, steps),
+def _options(forget_bias, cell_clip, use_peephole, layout):
+    """Validate the options; returns them as one record (``cell_clip <= 0`` becomes ``None``: no clipping)."""
+    return OpOptions(
         v.check_real("forget_bias", forget_bias),
-        -1.0 if cell_clip is None else v.check_real("cell_clip", cell_clip),
+        op_cell_clip(None if cell_clip is None else v.check_real("cell_clip", cell_clip)),
         v.check_bool("use_peephole", use_peephole),
         v.check_layout(layout),
     )
@@ -125,13 +101,13 @@ def _outputs_sequence(outputs, count, name="outputs"):
 def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     """Validate the arrays common to every op; returns ``(infos, (T, B, I, H))``.
 
-    ``b`` is ``_NO_BIAS`` for the ops without a bias argument. ``extra`` maps
+    ``b`` is ``NO_BIAS`` for the ops without a bias argument. ``extra`` maps
     further array names to ``(value, rank)``; their shapes are
     checked by the caller. ``T`` is ``None`` for single-step ops.
     """
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w}
     ranks = {"x": x_rank, "cs_prev": 2, "h_prev": 2, "w": 2, "b": 1, "wci": 1, "wcf": 1, "wco": 1}
-    if b is not _NO_BIAS:
+    if b is not NO_BIAS:
         named["b"] = b
     named.update(peepholes)
     for name, (value, rank) in (extra or {}).items():
@@ -151,7 +127,7 @@ def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     v.check_shape(infos["cs_prev"], (batch, units), f"[B, H], B = x.shape[{x_rank - 2}] from x {x_meaning}")
     v.check_shape(infos["h_prev"], (batch, units), "[B, H] like cs_prev")
     v.check_shape(infos["w"], (inputs + units, 4 * units), "[I + H, 4H] from x and cs_prev")
-    if b is not _NO_BIAS:
+    if b is not NO_BIAS:
         v.check_shape(infos["b"], (4 * units,), "[4H] from cs_prev")
     for name in peepholes:
         v.check_shape(infos[name], (units,), "[H] from cs_prev")
@@ -224,12 +200,12 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_le
     """
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     infos, (steps, _, _, _) = _check_core(x, cs_prev, h_prev, w, b, peepholes)
-    seq_len_max, forget_bias, cell_clip, use_peephole, layout = _options(
-        seq_len_max, steps, forget_bias, cell_clip, use_peephole, layout)
+    seq_len_max = v.check_seq_len_max(seq_len_max, steps)
+    options = _options(forget_bias, cell_clip, use_peephole, layout)
     kind = infos["x"].kind
-    _check_stream(kind, stream)
-    outs = _target(kind).forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip,
-                                 use_peephole, layout, stream=stream)
+    check_stream(kind, stream)
+    outs = target_for(kind).block_lstm(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, b=b, wci=wci, wcf=wcf, wco=wco,
+                                       seq_len_max=seq_len_max, options=options, stream=stream)
     return BlockLSTMOutput(*outs)
 
 
@@ -286,13 +262,13 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
     >>> grads.w_grad.shape
     (7, 16)
     """
-    return _block_lstm_grad(x, cs_prev, h_prev, w, _NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
+    return checked_block_lstm_grad(x, cs_prev, h_prev, w, NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
                             use_peephole, layout, stream)
 
 
-def _block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max, use_peephole,
+def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max, use_peephole,
                      layout, stream):
-    """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS``."""
+    """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for :mod:`nblstm.raw_ops`)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 7)
     extra = {name: (a, 3) for name, a in zip(_OUTPUT_NAMES, outputs)}
@@ -302,11 +278,13 @@ def _block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wc
     infos, (steps, batch, _, units) = _check_core(x, cs_prev, h_prev, w, b, peepholes, extra)
     for name in extra:
         v.check_shape(infos[name], (steps, batch, units), "[T, B, H] from x and cs_prev")
-    seq_len_max, _, _, use_peephole, layout = _options(seq_len_max, steps, 0.0, None, use_peephole, layout)
+    seq_len_max = v.check_seq_len_max(seq_len_max, steps)
+    options = _options(0.0, None, use_peephole, layout)
     kind = infos["x"].kind
-    _check_stream(kind, stream)
-    grads = _target(kind).backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max,
-                                   use_peephole, layout, stream=stream)
+    check_stream(kind, stream)
+    grads = target_for(kind).block_lstm_grad(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco,
+                                             outputs=outputs, cs_grad=cs_grad, h_grad=h_grad,
+                                             seq_len_max=seq_len_max, options=options, stream=stream)
     return BlockLSTMGradOutput(*grads)
 
 
@@ -351,11 +329,11 @@ def lstm_block_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, f
     """
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     infos, _ = _check_core(x, cs_prev, h_prev, w, b, peepholes, x_rank=2)
-    _, forget_bias, cell_clip, use_peephole, layout = _options(None, 1, forget_bias, cell_clip, use_peephole, layout)
+    options = _options(forget_bias, cell_clip, use_peephole, layout)
     kind = infos["x"].kind
-    _check_stream(kind, stream)
-    outs = _target(kind).cell_forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole,
-                                      layout, stream=stream)
+    check_stream(kind, stream)
+    outs = target_for(kind).lstm_block_cell(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, b=b, wci=wci, wcf=wcf,
+                                            wco=wco, options=options, stream=stream)
     return LSTMBlockCellOutput(*outs)
 
 
@@ -400,13 +378,13 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=No
     >>> g.dicfo.shape
     (1, 12)
     """
-    return _lstm_block_cell_grad(x, cs_prev, h_prev, w, _NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
+    return checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
                                  use_peephole, layout, stream)
 
 
-def _lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
+def checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
                           stream):
-    """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS``."""
+    """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for :mod:`nblstm.raw_ops`)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 6)
     extra = {name: (a, 2) for name, a in zip(_OUTPUT_NAMES, outputs)}
@@ -416,9 +394,9 @@ def _lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wc
     infos, (_, batch, _, units) = _check_core(x, cs_prev, h_prev, w, b, peepholes, extra, x_rank=2)
     for name in extra:
         v.check_shape(infos[name], (batch, units), "[B, H] from x and cs_prev")
-    _, _, _, use_peephole, layout = _options(None, 1, 0.0, None, use_peephole, layout)
+    options = _options(0.0, None, use_peephole, layout)
     kind = infos["x"].kind
-    _check_stream(kind, stream)
-    grads = _target(kind).cell_backward(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, w, use_peephole,
-                                        layout, stream=stream)
+    check_stream(kind, stream)
+    grads = target_for(kind).lstm_block_cell_grad(cs_prev=cs_prev, w=w, wci=wci, wcf=wcf, wco=wco, outputs=outputs,
+                                                  cs_grad=cs_grad, h_grad=h_grad, options=options, stream=stream)
     return LSTMBlockCellGradOutput(*grads)

@@ -103,18 +103,26 @@ def _sigmoid_overload(x, one):
 
 
 @njit(inline="always")
-def clip_cell(cs, cell_clip):
-    """Clip ``cs`` to ``[-cell_clip, cell_clip]``; no clipping when ``cell_clip <= 0``."""
-    if cell_clip > 0:
-        if cs > cell_clip:
-            return cell_clip
-        if cs < -cell_clip:
-            return -cell_clip
-    return cs
+def clip_value(x, bound, active):
+    """``clip_by_value(x, -bound, bound)`` when ``active`` (``bound >= 0``; 0 clips to 0), else ``x``."""
+    if active:
+        if x > bound:
+            return bound
+        if x < -bound:
+            return -bound
+    return x
 
 
 @njit(inline="always")
-def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, use_peephole, one):
+def clip_value_grad(x, bound, active, one):
+    """Gradient of :func:`clip_value` at ``x``: 0 where ``x`` was clipped, 1 elsewhere (bounds included)."""
+    if active and (x > bound or x < -bound):
+        return one - one
+    return one
+
+
+@njit(inline="always")
+def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, one):
     """Forward of one hidden unit for one step.
 
     Parameters
@@ -129,7 +137,8 @@ def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_cl
     forget_bias : scalar
         Added to ``a_f`` inside the sigmoid.
     cell_clip : scalar
-        Clip bound of the cell state; ``<= 0`` turns clipping off.
+        Clip bound of the cell state, ``> 0``; used only when ``clip_on``.
+    clip_on : bool
     use_peephole : bool
     one : scalar
         The number 1 in the compute type.
@@ -146,7 +155,7 @@ def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_cl
     i = sigmoid(a_i, one)
     ci = tanh(a_c)
     f = sigmoid(a_f + forget_bias, one)
-    cs = clip_cell(i * ci + f * c_prev, cell_clip)
+    cs = clip_value(i * ci + f * c_prev, cell_clip, clip_on)
     co = tanh(cs)
     if use_peephole:
         a_o = a_o + wco * cs
@@ -305,25 +314,6 @@ def activation_grad(code, y, one):
         if y > zero:
             return scale
         return y + scale * cast_like(SELU_ALPHA, one)
-    return one
-
-
-@njit(inline="always")
-def clip_value(x, bound, active):
-    """``clip_by_value(x, -bound, bound)`` when ``active`` (``bound >= 0``; 0 clips to 0), else ``x``."""
-    if active:
-        if x > bound:
-            return bound
-        if x < -bound:
-            return -bound
-    return x
-
-
-@njit(inline="always")
-def clip_value_grad(x, bound, active, one):
-    """Gradient of :func:`clip_value` at ``x``: 0 where ``x`` was clipped, 1 elsewhere (bounds included)."""
-    if active and (x > bound or x < -bound):
-        return one - one
     return one
 
 

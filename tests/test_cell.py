@@ -16,7 +16,7 @@ import nblstm
 from nblstm import LSTMCell, LSTMStateTuple
 from nblstm.cell import ACTIVATION_NAMES, Activation
 
-from . import cell_reference as ref
+from nblstm.reference import cell as ref
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 TF_FIXTURE = os.path.join(FIXTURES, "tf_lstmcell.npz")

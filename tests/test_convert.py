@@ -6,7 +6,7 @@ import pytest
 import nblstm
 from nblstm import convert
 
-from . import cell_reference as ref
+from nblstm.reference import cell as ref
 
 I, H, P, T, B = 3, 4, 2, 3, 2
 

@@ -4,7 +4,7 @@ import io
 
 import numpy as np
 
-from nblstm import demo
+from nblstm._tools import demo
 
 
 def test_adding_problem_batches():

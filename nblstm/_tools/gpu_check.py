@@ -214,7 +214,7 @@ def run_check(out=sys.stdout):
     cuda = _cuda_or_none(out)
     if cuda is None:
         return 2
-    from . import cuda as ncuda
+    from .. import cuda as ncuda
 
     device = cuda.get_current_device()
     name = getattr(device, "name", "CUDA simulator")
@@ -367,7 +367,7 @@ def run_bench(out=sys.stdout, steps=25, units_list=(512, 1024), batches=(1, 16, 
     cuda = _cuda_or_none(out)
     if cuda is None:
         return 2
-    from . import cuda as ncuda
+    from .. import cuda as ncuda
 
     header = f"{'T':>3} {'B':>3} {'H':>5} {'loop':10} {'fwd ms':>8} {'GFLOP/s':>8} {'cudnn':>7} {'ratio':>6} " \
              f"{'f+b ms':>8} {'GFLOP/s':>8} {'cudnn':>7} {'ratio':>6}"

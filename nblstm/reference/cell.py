@@ -1,4 +1,4 @@
-"""A plain float64 NumPy reference of TF1 ``LSTMCell`` (SPEC.md section 6) and ``dynamic_rnn``.
+"""A plain float64 NumPy reference of TF1 ``LSTMCell`` (:ref:`spec-cell`) and ``dynamic_rnn``.
 
 One step at a time, the equations as the specification prints them; no
 packing, no kernels, no code shared with nblstm. Gradients are not written
@@ -6,6 +6,8 @@ here: the tests take finite differences of :func:`run`.
 """
 
 import numpy as np
+
+__all__ = ["ACTIVATIONS", "run", "step"]
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946

@@ -17,7 +17,8 @@ conversions cost more than the LSTM itself; these loops work on the bits
 import numpy as np
 from numba import njit, prange
 
-_JIT = {"cache": True, "error_model": "numpy"}
+from .._jit import EXACT
+
 # Elements per parallel block; smaller arrays convert on one thread.
 _BLOCK = 1 << 16
 
@@ -30,7 +31,7 @@ def _half_to_float_table():
     return _table["f32"]
 
 
-@njit(**_JIT)
+@njit(**EXACT)
 def _bits_to_float(bits, table, out, start, stop):
     # Sliced so that the loop indexes from 0: no wraparound checks.
     src, dst = bits[start:stop], out[start:stop]
@@ -38,7 +39,7 @@ def _bits_to_float(bits, table, out, start, stop):
         dst[k] = table[src[k]]
 
 
-@njit(parallel=True, **_JIT)
+@njit(parallel=True, **EXACT)
 def _to_float32(bits, table, out):
     """``out[k] = float32(float16 with bits[k])`` for flat ``bits: [N] uint16``, ``out: [N] float32``."""
     n = bits.shape[0]
@@ -52,7 +53,7 @@ def _to_float32(bits, table, out):
             _bits_to_float(bits, table, out, start, min(n, start + _BLOCK))
 
 
-@njit(**_JIT)
+@njit(**EXACT)
 def _float_to_bits(values, value_bits, out, start, stop):
     # Sliced so that the loop indexes from 0 (no wraparound checks), and
     # every case computed and then selected, so that LLVM vectorizes it.
@@ -79,7 +80,7 @@ def _float_to_bits(values, value_bits, out, start, stop):
         dst[k] = np.uint16(sign | h)
 
 
-@njit(parallel=True, **_JIT)
+@njit(parallel=True, **EXACT)
 def _to_float16(values, value_bits, out):
     """``out[k]`` = the bits of ``float16(values[k])``; ``value_bits`` is ``values`` viewed as uint32."""
     n = values.shape[0]

@@ -1,4 +1,4 @@
-"""A plain float64 NumPy reference of the fused LSTM ops (SPEC sections 3-5).
+"""A plain float64 NumPy reference of the fused LSTM ops (:ref:`spec-forward`, :ref:`spec-backward`).
 
 Written for clarity, not speed: one step at a time, the equations as they
 are printed in the specification, no packing, no threads. The tests compare

@@ -118,7 +118,7 @@ def train(out=sys.stdout, steps=400, seed=0, batch=64, sequence_steps=16, num_un
     >>> train(io.StringIO(), steps=2)  # too short to learn: returns 1
     1
     """
-    from .cell import LSTMCell, LSTMStateTuple
+    from ..cell import LSTMCell, LSTMStateTuple
 
     rng = np.random.default_rng(seed)
     cell = LSTMCell(num_units, dtype=np.float32, seed=seed)

@@ -4,7 +4,9 @@ import time
 
 import numpy as np
 
-from . import ops
+from .. import ops
+
+__all__ = ["warmup"]
 
 
 def warmup(dtypes=("float32", "float64")):

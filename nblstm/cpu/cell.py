@@ -1,17 +1,18 @@
-"""CPU kernels of the TF1 ``LSTMCell`` over whole sequences (SPEC.md section 6).
+"""The TF1 ``LSTMCell`` on the CPU: kernels over whole sequences and their drivers (:ref:`spec-cell`).
 
-The cell differs from the fused ops (:mod:`nblstm.cpu`) in five ways, all
-handled here: an optional projection ``m = clip(r @ projection, proj_clip)``
-of the output ``r = o * act(c)``; a choice of activation; clipping with its
-true gradient (zero where clipped, ``cell_clip = 0`` clips to 0); per-example
-sequence lengths with ``dynamic_rnn`` semantics (past its length an
-example's state is carried unchanged and its output is zero); and the state
-``(c, m)`` in which ``m`` has ``P = num_proj or H`` columns.
+The cell differs from the fused ops (:mod:`nblstm.cpu.fused`) in five ways,
+all handled here: an optional projection ``h = clip(r @ projection,
+proj_clip)`` of the output ``r = o * act(c)``; a choice of activation;
+clipping with its true gradient (zero where clipped, ``cell_clip = 0`` clips
+to 0); per-example sequence lengths with ``dynamic_rnn`` semantics (past its
+length an example's state is carried unchanged and its output is zero); and
+the state ``(c, h)`` in which ``h`` (TensorFlow's ``m``) has
+``P = num_proj or H`` columns.
 
-The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
+The work is laid out as in :mod:`nblstm.cpu.fused` (:ref:`design-cpu`), with its helpers:
 
 - Every GEMM runs inside numba kernels as a single-threaded call of SciPy's
-  BLAS (:func:`nblstm.cpu.kernel_section`) on a slice of the work,
+  BLAS (:class:`~nblstm.cpu.blas.kernel_section`) on a slice of the work,
   one slice per thread; NumPy's multi-threaded BLAS is never called (its
   threads would spin and fight numba's for the cores). A kernel opens no
   parallel region when the work is a single block: each region costs a
@@ -22,73 +23,48 @@ The work is laid out as in :mod:`nblstm.cpu` (DESIGN.md), with its helpers:
   there (adding the bias) and overwrites it with the gates.
 - The hidden units are split into chunks, one per thread, with the weight
   columns packed so that a chunk's ``[i | j | f | o]`` blocks are contiguous.
-  The whole time loop is one parallel region (:mod:`nblstm._sync`): at
+  The whole time loop is one parallel region (:mod:`nblstm.cpu.sync`): at
   each step every thread runs the recurrent GEMM of its slice, then the
   gate maths of that slice, and the threads meet on atomic counters. The
-  GEMM is :mod:`nblstm._microkernel`'s, on each chunk's weights packed in
+  GEMM is :mod:`nblstm.cpu.microkernel`'s, on each chunk's weights packed in
   panels once per weight change (:class:`PackedWeights`), whatever the
-  batch. The same goes for the backward's ``dm = d_gates @ w_h^T``. With a
-  projection a second stage of each step computes ``m`` (its columns split
-  across threads): ``m`` needs every unit's ``r``.
+  batch. The same goes for the backward's ``dh = dgates @ w_h^T``. With a
+  projection a second stage of each step computes ``h`` (its columns split
+  across threads): ``h`` needs every unit's ``r``.
 - Backward keeps only the recurrent GEMMs (and the peephole gradients) in
   the time loop; the input gradient and the kernel, bias and projection
   gradients are GEMMs and reductions after it, split across threads (the
   input gradient by rows, the weight gradients by their own rows, the bias
-  gradient by columns), reading ``x`` and ``m`` in place (no shifted
+  gradient by columns), reading ``x`` and ``h`` in place (no shifted
   copies).
-- Kernels use ``error_model="numpy"`` and run the gate maths on 1-D row
-  views, so that LLVM vectorizes it; the tanh activation (the default) gets
-  its own copy of the loops in which the activation code is a constant, so
-  that its float32 loops are branch-free arithmetic (:func:`nblstm.spec.tanh`).
-  Like :mod:`nblstm.cpu`'s, they let LLVM fuse multiply-adds (``fastmath``
-  ``contract``).
+- Kernels run the gate maths on 1-D row views, so that LLVM vectorizes it;
+  the tanh activation (the default) gets its own copy of the loops in which
+  the activation code is a constant, so that its float32 loops are
+  branch-free arithmetic (:func:`nblstm.spec.tanh`). They are compiled with
+  :data:`nblstm._jit.KERNEL`, as the fused ops'.
 
 All kernels take the options (activation code, clip bounds, flags) as run-time
 arguments, so there is one compiled kernel per dtype (float32, float64).
+Chunk ``k`` holds the units ``u0 = bounds[k] .. u1 - 1`` (``uk`` of them);
+``p0, p1`` bound a chunk of projected columns, ``col0, col1`` its columns in
+the packed arrays.
 """
 
 import numba
 import numpy as np
 from numba import njit, prange
 
-from . import _microkernel, _pool, _sync
-from .cpu import (
-    _JIT,
-    _MIN_PARALLEL_PACK,
-    _gemm_rows,
-    _gemm_tn,
-    block_bounds,
-    column_offsets,
-    kernel_section,
-    pack_chunks,
-    row_bounds,
-)
-from .cpu import _weight_grads_block as _fused_weight_grads_block
-from .cpu import chunk_bounds as _chunk_bounds
-from .spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
+from .._jit import KERNEL
+from ..options import clip_scalars
+from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
+from . import microkernel, pool, sync
+from .blas import kernel_section
+from .fused import weight_grads_block as fused_weight_grads_block
+from .gemm import gemm_rows, gemm_tn
+from .pack import pack_chunks
+from .partition import MIN_PARALLEL_PACK, block_bounds, cell_chunk_bounds, column_offsets, row_bounds
 
-# Below this many multiply-adds in a step's recurrent GEMM, one thread does
-# the steps: the threads' meeting at every step costs about a microsecond,
-# and far more when the cores are shared (measured with a region per step:
-# T=16, B=64, H=24 on 2 busy cores, 1.5 ms forward on one thread, 6-15 ms
-# split in two chunks).
-_MIN_PARALLEL_STEP_WORK = 1 << 18
-
-
-def chunk_bounds(batch_size, width, num_chunks=None):
-    """Split ``width`` hidden units (or projected columns) into chunks, one per thread.
-
-    :func:`nblstm.cpu.chunk_bounds` with the cell's own threshold for
-    splitting a step at all (:data:`_MIN_PARALLEL_STEP_WORK`).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``bounds: [K + 1]`` int64; chunk ``k`` holds ``bounds[k] .. bounds[k + 1] - 1``.
-    """
-    if num_chunks is None and batch_size * width * 4 * width < _MIN_PARALLEL_STEP_WORK:
-        num_chunks = 1
-    return _chunk_bounds(batch_size, width, num_chunks)
+__all__ = ["PackedWeights", "final_state", "masked_outputs", "num_threads", "sequence_backward", "sequence_forward"]
 
 
 def packed_columns(num_units, bounds):
@@ -98,10 +74,10 @@ def packed_columns(num_units, bounds):
     -------
     numpy.ndarray
         ``perm: [4H]`` int64 such that ``kernel[:, perm]`` is packed: chunk
-        ``k`` occupies columns ``4*h0 .. 4*h1 - 1`` as ``[i | j | f | o]``.
+        ``k`` occupies columns ``4*u0 .. 4*u1 - 1`` as ``[i | j | f | o]``.
     """
-    perm = [np.arange(block * num_units + h0, block * num_units + h1)
-            for h0, h1 in zip(bounds[:-1], bounds[1:], strict=True) for block in range(4)]
+    perm = [np.arange(block * num_units + u0, block * num_units + u1)
+            for u0, u1 in zip(bounds[:-1], bounds[1:], strict=True) for block in range(4)]
     return np.concatenate(perm).astype(np.int64)
 
 
@@ -111,77 +87,77 @@ def packed_columns(num_units, bounds):
 
 
 @njit(inline="always")
-def _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
-                  use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
-    """Gate maths of step ``t`` for the units ``h0..h1-1`` of every row (inlined: ``act`` may be a constant)."""
+def _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
+                  use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_):
+    """Gate maths of step ``t`` for the units ``u0..u1-1`` of every row (inlined: ``act`` may be a constant)."""
     batch = gk.shape[0]
-    hk = h1 - h0
+    uk = u1 - u0
     zero = one - one
     # Every row view below is sliced to the chunk, so that the loops index
     # it from 0 (a known non-negative index needs no wraparound: they vectorize).
-    # Gates i, j, f, o of the chunk: columns jj, hk + jj, 2 hk + jj, 3 hk + jj
+    # Gates i, j, f, o of the chunk: columns jj, uk + jj, 2 uk + jj, 3 uk + jj
     # of its slice of a row of ``gates`` (and of ``bias``).
-    bk = bias[4 * h0:4 * h1]
-    w_ik, w_fk, w_ok = w_i[h0:h1], w_f[h0:h1], w_o[h0:h1]
+    bk = bias[4 * u0:4 * u1]
+    w_ik, w_fk, w_ok = w_i[u0:u1], w_f[u0:u1], w_o[u0:u1]
     for b in range(batch):
         g = gk[b]
-        pre = gates[t, b, 4 * h0:4 * h1]
-        c_src = c0[b, h0:h1] if t == 0 else c_[t - 1, b, h0:h1]
-        c_raw_r, c_r, ac_r, r_r = c_raw_[t, b, h0:h1], c_[t, b, h0:h1], ac_[t, b, h0:h1], r_[t, b, h0:h1]
+        pre = gates[t, b, 4 * u0:4 * u1]
+        c_src = c0[b, u0:u1] if t == 0 else c_[t - 1, b, u0:u1]
+        c_raw_r, c_r, ac_r, r_r = c_raw_[t, b, u0:u1], c_[t, b, u0:u1], ac_[t, b, u0:u1], r_[t, b, u0:u1]
         if t < lengths[b]:
-            for jj in range(hk):
+            for jj in range(uk):
                 i, jg, f, o, c_raw, c, ac, r = cell_forward_unit(
-                    g[jj] + pre[jj] + bk[jj], g[hk + jj] + pre[hk + jj] + bk[hk + jj],
-                    g[2 * hk + jj] + pre[2 * hk + jj] + bk[2 * hk + jj],
-                    g[3 * hk + jj] + pre[3 * hk + jj] + bk[3 * hk + jj],
+                    g[jj] + pre[jj] + bk[jj], g[uk + jj] + pre[uk + jj] + bk[uk + jj],
+                    g[2 * uk + jj] + pre[2 * uk + jj] + bk[2 * uk + jj],
+                    g[3 * uk + jj] + pre[3 * uk + jj] + bk[3 * uk + jj],
                     c_src[jj], w_ik[jj], w_fk[jj], w_ok[jj], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
                 )
                 pre[jj] = i
-                pre[hk + jj] = jg
-                pre[2 * hk + jj] = f
-                pre[3 * hk + jj] = o
+                pre[uk + jj] = jg
+                pre[2 * uk + jj] = f
+                pre[3 * uk + jj] = o
                 c_raw_r[jj] = c_raw
                 c_r[jj] = c
                 ac_r[jj] = ac
-                r_r[jj] = r  # also m without a projection (m_ is r_)
+                r_r[jj] = r  # also h without a projection (h_ is r_)
         else:
             # Past the example's length the state is carried unchanged.
-            for jj in range(4 * hk):
+            for jj in range(4 * uk):
                 pre[jj] = zero
-            for jj in range(hk):
+            for jj in range(uk):
                 c_raw_r[jj] = c_src[jj]
                 c_r[jj] = c_src[jj]
                 ac_r[jj] = zero
                 r_r[jj] = zero
             if not has_proj:
-                m_src = m0[b, h0:h1] if t == 0 else m_[t - 1, b, h0:h1]
-                m_r = m_[t, b, h0:h1]
-                for jj in range(hk):
-                    m_r[jj] = m_src[jj]
+                h_src = h0[b, u0:u1] if t == 0 else h_[t - 1, b, u0:u1]
+                h_r = h_[t, b, u0:u1]
+                for jj in range(uk):
+                    h_r[jj] = h_src[jj]
 
 
-@njit(**_JIT)
-def _forward_units(t, h0, h1, col0, col1, gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias,
-                   cell_clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_):
-    """Step ``t`` of the units ``h0..h1-1`` (packed columns ``col0..col1-1``): recurrent GEMM, then the gate maths."""
+@njit(**KERNEL)
+def _forward_units(t, u0, u1, col0, col1, gates, bias, c0, h0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias,
+                   cell_clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_):
+    """Step ``t`` of the units ``u0..u1-1`` (packed columns ``col0..col1-1``): recurrent GEMM, then the gate maths."""
     batch = gates.shape[1]
-    depth = m0.shape[1]
+    depth = h0.shape[1]
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
-    m_src = m0 if t == 0 else m_[t - 1]
-    _microkernel.gemm_panels(m_src.reshape(-1), 0, depth, batch, w_rec, depth * col0, depth,
-                             width // _microkernel.panel_width_of(w_rec), work, batch * col0, width)
+    h_src = h0 if t == 0 else h_[t - 1]
+    microkernel.gemm_panels(h_src.reshape(-1), 0, depth, batch, w_rec, depth * col0, depth,
+                             width // microkernel.panel_width_of(w_rec), work, batch * col0, width)
     if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
-        _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
-                      0, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+        _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
+                      0, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_)
     else:
-        _forward_rows(t, h0, h1, gk, gates, bias, lengths, c0, m0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
-                      act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+        _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
+                      act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_)
 
 
-@njit(**_JIT)
-def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip_on, m_raw_, m_):
-    """Step ``t`` of the projected columns ``p0..p1-1``: ``m = clip(r @ projection)``."""
+@njit(**KERNEL)
+def _forward_proj(t, p0, p1, r_, h0, w_proj, work, lengths, proj_clip, proj_clip_on, h_raw_, h_):
+    """Step ``t`` of the projected columns ``p0..p1-1``: ``h = clip(r @ projection)``."""
     batch = r_.shape[1]
     units = r_.shape[2]
     pk = p1 - p0
@@ -190,22 +166,22 @@ def _forward_proj(t, p0, p1, r_, m0, w_proj, work, lengths, proj_clip, proj_clip
     np.dot(r_[t], wk, gk)
     for b in range(batch):
         g = gk[b]
-        raw_r, m_r = m_raw_[t, b, p0:p1], m_[t, b, p0:p1]
+        raw_r, h_r = h_raw_[t, b, p0:p1], h_[t, b, p0:p1]
         if t < lengths[b]:
             for jj in range(pk):
                 raw_r[jj] = g[jj]
-                m_r[jj] = clip_value(g[jj], proj_clip, proj_clip_on)
+                h_r[jj] = clip_value(g[jj], proj_clip, proj_clip_on)
         else:
-            m_src = m0[b, p0:p1] if t == 0 else m_[t - 1, b, p0:p1]
+            h_src = h0[b, p0:p1] if t == 0 else h_[t - 1, b, p0:p1]
             for jj in range(pk):
                 raw_r[jj] = g[jj] - g[jj]
-                m_r[jj] = m_src[jj]
+                h_r[jj] = h_src[jj]
 
 
-@njit(parallel=True, **_JIT)
-def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
+@njit(parallel=True, **KERNEL)
+def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
                    forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj, work,
-                   proj_work, gates, c_raw_, c_, ac_, r_, m_raw_, m_):
+                   proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_):
     """The cell's forward pass over ``T = gates.shape[0]`` steps.
 
     Parameters
@@ -215,9 +191,9 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     w_x : [I, 4H] C-contiguous array
         Packed input weights.
     rows : [R + 1] int64 array
-        Row blocks of the input projection (:func:`nblstm.cpu.row_bounds`).
+        Row blocks of the input projection (:func:`~nblstm.cpu.partition.row_bounds`).
     c0 : [B, H] array
-    m0 : [B, P] array
+    h0 : [B, P] array
     bias : [4H] array
         Packed bias.
     w_rec : [P * rec_off[K]] array
@@ -249,10 +225,10 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     c_raw_, c_, ac_, r_ : [T, B, H] arrays
         Output: cell before and after clipping (the carried state), ``act(c)``
         and ``r = o * act(c)``.
-    m_raw_ : [T, B, P] array
+    h_raw_ : [T, B, P] array
         Output: projection before ``proj_clip`` (unused without a projection).
-    m_ : [T, B, P] array
-        Output: the carried output state ``m``. Without a projection it is
+    h_ : [T, B, P] array
+        Output: the carried output state ``h``. Without a projection it is
         the same array as ``r_``.
     """
     one = gates.dtype.type(1.0)
@@ -261,25 +237,25 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     pclip = gates.dtype.type(proj_clip)
     steps, batch, four_units = gates.shape
     units = c0.shape[1]
-    depth = m0.shape[1]
+    depth = h0.shape[1]
     pre2d = gates.reshape((steps * batch, four_units))
     # The one-block paths pass int64 values, never literals (``lo`` is 0, block
     # ``rows.shape[0] - 2`` is block 0): a literal argument would compile each
     # helper a second time, for that constant.
     lo = bounds[0]
     if rows.shape[0] == 2:  # one block: no parallel region (each costs a barrier)
-        _gemm_rows(x2d, w_x, pre2d, rows, rows.shape[0] - 2)
+        gemm_rows(x2d, w_x, pre2d, rows, rows.shape[0] - 2)
     else:
         for r in prange(rows.shape[0] - 1):
-            _gemm_rows(x2d, w_x, pre2d, rows, np.int64(r))  # not prange's unsigned index: one compile
+            gemm_rows(x2d, w_x, pre2d, rows, np.int64(r))  # not prange's unsigned index: one compile
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1  # <= num_chunks
     if num_chunks == 1:
         for t in range(steps):
-            _forward_units(t, lo, units, rec_off[0], rec_off[1], gates, bias, c0, m0, w_rec, work, lengths, w_i, w_f,
-                           w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, m_)
+            _forward_units(t, lo, units, rec_off[0], rec_off[1], gates, bias, c0, h0, w_rec, work, lengths, w_i, w_f,
+                           w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_)
             if has_proj:
-                _forward_proj(t, lo, depth, r_, m0, w_proj, proj_work, lengths, pclip, proj_clip_on, m_raw_, m_)
+                _forward_proj(t, lo, depth, r_, h0, w_proj, proj_work, lengths, pclip, proj_clip_on, h_raw_, h_)
         return
     # Every step in one parallel region (nblstm._sync): stage 2 t is the
     # units of step t, stage 2 t + 1 its projection (every unit's r first).
@@ -288,16 +264,16 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
     for worker in prange(num_chunks):
         w = np.int64(worker)
         for t in range(steps):
-            for k in _sync.claimed_chunks(claims, done, 2 * t, w, num_chunks, False):
-                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, m0, w_rec,
+            for k in sync.claimed_chunks(claims, done, 2 * t, w, num_chunks, False):
+                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, h0, w_rec,
                                work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one,
-                               c_raw_, c_, ac_, r_, m_)
-            _sync.wait_for(done, 2 * t, num_chunks)
+                               c_raw_, c_, ac_, r_, h_)
+            sync.wait_for(done, 2 * t, num_chunks)
             if has_proj:
-                for k in _sync.claimed_chunks(claims, done, 2 * t + 1, w, num_proj_chunks, False):
-                    _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, m0, w_proj, proj_work, lengths, pclip,
-                                  proj_clip_on, m_raw_, m_)
-                _sync.wait_for(done, 2 * t + 1, num_proj_chunks)
+                for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_proj_chunks, False):
+                    _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, h0, w_proj, proj_work, lengths, pclip,
+                                  proj_clip_on, h_raw_, h_)
+                sync.wait_for(done, 2 * t + 1, num_proj_chunks)
 
 
 # ---------------------------------------------------------------------------
@@ -305,86 +281,86 @@ def forward_kernel(x2d, w_x, rows, c0, m0, bias, w_rec, bounds, rec_off, w_proj,
 # ---------------------------------------------------------------------------
 
 
-@njit(**_JIT)
-def _backward_m(t, p0, p1, col0, col1, d_gates, w_rec_t, work, lengths, d_out, m_raw_, proj_clip, proj_clip_on,
-                has_proj, one, dm, dm_raw):
+@njit(**KERNEL)
+def _backward_h(t, p0, p1, col0, col1, dgates, w_rec_t, work, lengths, d_out, h_raw_, proj_clip, proj_clip_on,
+                has_proj, one, dh, dh_raw):
     """Step ``t`` (backwards) of the output-state columns ``p0..p1-1`` (packed ``col0..col1-1``).
 
-    ``dm`` holds the gradient of ``m[t]`` from later steps. Rows that were
+    ``dh`` holds the gradient of ``h[t]`` from later steps. Rows that were
     active at ``t + 1`` receive it from that step's gate gradients; the
-    others carried ``m`` unchanged, so their gradient is carried too. For
+    others carried ``h`` unchanged, so their gradient is carried too. For
     rows active at ``t`` the step's output gradient is added and the
-    gradient of the projection before clipping is written to ``dm_raw[t]``.
-    ``t = -1`` only finishes the carry (the gradient of the initial ``m``).
+    gradient of the projection before clipping is written to ``dh_raw[t]``.
+    ``t = -1`` only finishes the carry (the gradient of the initial ``h``).
     """
-    batch = dm.shape[0]
-    steps = d_gates.shape[0]
-    four_units = d_gates.shape[2]
+    batch = dh.shape[0]
+    steps = dgates.shape[0]
+    four_units = dgates.shape[2]
     pk = p1 - p0
     zero = one - one
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
     if t + 1 < steps:  # on the micro-kernel's panels (PackedWeights)
-        _microkernel.gemm_panels(d_gates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, w_rec_t,
-                                 four_units * col0, four_units, width // _microkernel.panel_width_of(w_rec_t),
+        microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, w_rec_t,
+                                 four_units * col0, four_units, width // microkernel.panel_width_of(w_rec_t),
                                  work, batch * col0, width)
     for b in range(batch):
-        dm_r = dm[b, p0:p1]
+        dh_r = dh[b, p0:p1]
         if t + 1 < lengths[b]:
             g = gk[b]
             for jj in range(pk):
-                dm_r[jj] = g[jj]
+                dh_r[jj] = g[jj]
         if t >= 0:
-            raw_r = dm_raw[t, b, p0:p1]
+            raw_r = dh_raw[t, b, p0:p1]
             if t < lengths[b]:
                 out_r = d_out[t, b, p0:p1]
                 if has_proj:
-                    m_raw_r = m_raw_[t, b, p0:p1]
+                    h_raw_r = h_raw_[t, b, p0:p1]
                     for jj in range(pk):
-                        raw_r[jj] = (dm_r[jj] + out_r[jj]) * clip_value_grad(m_raw_r[jj], proj_clip, proj_clip_on,
+                        raw_r[jj] = (dh_r[jj] + out_r[jj]) * clip_value_grad(h_raw_r[jj], proj_clip, proj_clip_on,
                                                                              one)
                 else:
                     for jj in range(pk):
-                        raw_r[jj] = dm_r[jj] + out_r[jj]
+                        raw_r[jj] = dh_r[jj] + out_r[jj]
             else:
                 for jj in range(pk):
                     raw_r[jj] = zero
 
 
 @njit(inline="always")
-def _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
-                   use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad):
-    """Gate maths of step ``t`` (backwards) for the units ``h0..h1-1`` (inlined: ``act`` may be a constant).
+def _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
+                   use_peepholes, one, dgates, dc, w_i_grad, w_f_grad, w_o_grad):
+    """Gate maths of step ``t`` (backwards) for the units ``u0..u1-1`` (inlined: ``act`` may be a constant).
 
-    ``d_gates[t]`` holds the step's gates on entry and their gradients on exit.
+    ``dgates[t]`` holds the step's gates on entry and their gradients on exit.
     """
     batch = drk.shape[0]
-    hk = h1 - h0
+    uk = u1 - u0
     zero = one - one
     # Row views sliced to the chunk, indexed from 0 (see _forward_rows).
-    w_ik, w_fk, w_ok = w_i[h0:h1], w_f[h0:h1], w_o[h0:h1]
-    gi_k, gf_k, go_k = w_i_grad[h0:h1], w_f_grad[h0:h1], w_o_grad[h0:h1]
+    w_ik, w_fk, w_ok = w_i[u0:u1], w_f[u0:u1], w_o[u0:u1]
+    gi_k, gf_k, go_k = w_i_grad[u0:u1], w_f_grad[u0:u1], w_o_grad[u0:u1]
     for b in range(batch):
-        dg = d_gates[t, b, 4 * h0:4 * h1]
+        dg = dgates[t, b, 4 * u0:4 * u1]
         if t >= lengths[b]:
             # A carried step: no gate gradients, the cell gradient passes unchanged.
-            for jj in range(4 * hk):
+            for jj in range(4 * uk):
                 dg[jj] = zero
             continue
         dr = drk[b]
-        dc_r = dc[b, h0:h1]
-        c_src = c0[b, h0:h1] if t == 0 else c_[t - 1, b, h0:h1]
-        c_raw_r, c_r, ac_r = c_raw_[t, b, h0:h1], c_[t, b, h0:h1], ac_[t, b, h0:h1]
-        for jj in range(hk):
+        dc_r = dc[b, u0:u1]
+        c_src = c0[b, u0:u1] if t == 0 else c_[t - 1, b, u0:u1]
+        c_raw_r, c_r, ac_r = c_raw_[t, b, u0:u1], c_[t, b, u0:u1], ac_[t, b, u0:u1]
+        for jj in range(uk):
             c_prev = c_src[jj]
             di, dj, df, do, dc_prev = cell_backward_unit(
-                dr[jj], dc_r[jj], dg[jj], dg[hk + jj], dg[2 * hk + jj], dg[3 * hk + jj], c_raw_r[jj], ac_r[jj], c_prev,
+                dr[jj], dc_r[jj], dg[jj], dg[uk + jj], dg[2 * uk + jj], dg[3 * uk + jj], c_raw_r[jj], ac_r[jj], c_prev,
                 w_ik[jj], w_fk[jj], w_ok[jj], cell_clip, clip_on, act, use_peepholes, one,
             )
             dg[jj] = di
-            dg[hk + jj] = dj
-            dg[2 * hk + jj] = df
-            dg[3 * hk + jj] = do
+            dg[uk + jj] = dj
+            dg[2 * uk + jj] = df
+            dg[3 * uk + jj] = do
             dc_r[jj] = dc_prev
             if use_peepholes:
                 gi_k[jj] += di * c_prev
@@ -392,43 +368,43 @@ def _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, 
                 go_k[jj] += do * c_r[jj]
 
 
-@njit(**_JIT)
-def _backward_units(t, h0, h1, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                    cell_clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
+@njit(**KERNEL)
+def _backward_units(t, u0, u1, c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
+                    cell_clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc, w_i_grad, w_f_grad,
                     w_o_grad):
-    """Step ``t`` (backwards) of the units ``h0..h1-1``: gradient of ``r``, then the gate maths."""
+    """Step ``t`` (backwards) of the units ``u0..u1-1``: gradient of ``r``, then the gate maths."""
     batch = c0.shape[0]
-    depth = dm_raw.shape[2]
-    hk = h1 - h0
-    drk = work[batch * h0:batch * h1].reshape((batch, hk))
+    depth = dh_raw.shape[2]
+    uk = u1 - u0
+    drk = work[batch * u0:batch * u1].reshape((batch, uk))
     if has_proj:
-        wk = w_proj_t[depth * h0:depth * h1].reshape((depth, hk))
-        np.dot(dm_raw[t], wk, drk)
+        wk = w_proj_t[depth * u0:depth * u1].reshape((depth, uk))
+        np.dot(dh_raw[t], wk, drk)
     else:
         for b in range(batch):
-            src = dm_raw[t, b]
+            src = dh_raw[t, b]
             dst = drk[b]
-            for jj in range(hk):
-                dst[jj] = src[h0 + jj]
+            for jj in range(uk):
+                dst[jj] = src[u0 + jj]
     if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
-        _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, 0,
-                       use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
+        _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, 0,
+                       use_peepholes, one, dgates, dc, w_i_grad, w_f_grad, w_o_grad)
     else:
-        _backward_rows(t, h0, h1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
-                       use_peepholes, one, d_gates, dc, w_i_grad, w_f_grad, w_o_grad)
+        _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
+                       use_peepholes, one, dgates, dc, w_i_grad, w_f_grad, w_o_grad)
 
 
-@njit(parallel=True, **_JIT)
-def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t, proj_bounds, lengths,
+@njit(parallel=True, **KERNEL)
+def backward_kernel(c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t, proj_bounds, lengths,
                     w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj,
-                    work, proj_work, d_gates, dm_raw, dc, dm, w_i_grad, w_f_grad, w_o_grad):
+                    work, proj_work, dgates, dh_raw, dc, dh, w_i_grad, w_f_grad, w_o_grad):
     """The time loop of the cell's backward pass, steps ``T - 1 .. 0``.
 
     Parameters
     ----------
     c0 : [B, H] array
     c_raw_, c_, ac_ : [T, B, H] arrays
-    m_raw_ : [T, B, P] array
+    h_raw_ : [T, B, P] array
         Saved forward values (:func:`forward_kernel`).
     d_out : [T, B, P] C-contiguous array
         Gradient of the outputs (read only at steps inside each example's length).
@@ -441,7 +417,7 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
         Chunks of hidden units.
     w_proj_t : [P * H] array
         Transposed projection weights, unit chunk after unit chunk, each a
-        C-ordered ``[P, hk]`` block (unused without a projection).
+        C-ordered ``[P, uk]`` block (unused without a projection).
     proj_bounds : [KP + 1] int64 array
         Chunks of the ``P`` output-state columns; equal to ``bounds`` without
         a projection, so both phases of a step run in one stage.
@@ -453,83 +429,83 @@ def backward_kernel(c0, c_raw_, c_, ac_, m_raw_, d_out, w_rec_t, rt_off, bounds,
     work : [B * H] array
     proj_work : [B * rt_off[KP]] array
         Workspaces of the GEMMs.
-    d_gates : [T, B, 4H] C-contiguous array
+    dgates : [T, B, 4H] C-contiguous array
         On entry the saved gates (:func:`forward_kernel`), on exit their
         gradients (of the pre-activations, packed): step ``t`` is overwritten
         once step ``t + 1`` no longer needs it, so the backward pass needs no
         second ``[T, B, 4H]`` array.
-    dm_raw : [T, B, P] array
+    dh_raw : [T, B, P] array
         Output: gradient of the projection before clipping (of ``r`` without one).
     dc : [B, H] array
         On entry the gradient of the final cell state; on exit that of ``c0``.
-    dm : [B, P] array
-        On entry the gradient of the final ``m``; on exit that of ``m0``.
+    dh : [B, P] array
+        On entry the gradient of the final ``h``; on exit that of ``h0``.
     w_i_grad, w_f_grad, w_o_grad : [H] arrays, zero on entry
         Output: peephole gradients (accumulated only with ``use_peepholes``).
     """
-    one = d_gates.dtype.type(1.0)
-    clip = d_gates.dtype.type(cell_clip)
-    pclip = d_gates.dtype.type(proj_clip)
+    one = dgates.dtype.type(1.0)
+    clip = dgates.dtype.type(cell_clip)
+    pclip = dgates.dtype.type(proj_clip)
     units = c0.shape[1]
-    depth = dm.shape[1]
+    depth = dh.shape[1]
     lo = bounds[0]  # 0, as an int64 (see forward_kernel)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
-    steps = d_gates.shape[0]
-    # After step 0, the gradient of m0 from its gate gradients (``t = -1``).
+    steps = dgates.shape[0]
+    # After step 0, the gradient of h0 from its gate gradients (``t = -1``).
     if num_chunks == 1:
         for t in range(steps - 1, -2, -1):
-            _backward_m(t, lo, depth, rt_off[0], rt_off[1], d_gates, w_rec_t, proj_work, lengths, d_out, m_raw_,
-                        pclip, proj_clip_on, has_proj, one, dm, dm_raw)
+            _backward_h(t, lo, depth, rt_off[0], rt_off[1], dgates, w_rec_t, proj_work, lengths, d_out, h_raw_,
+                        pclip, proj_clip_on, has_proj, one, dh, dh_raw)
             if t >= 0:
-                _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                                clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc, w_i_grad, w_f_grad,
+                _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
+                                clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc, w_i_grad, w_f_grad,
                                 w_o_grad)
         return
     # One parallel region for all steps (nblstm._sync). With a projection,
-    # stage 2 t + 2 is the m-gradient columns of step t and stage 2 t + 1
+    # stage 2 t + 2 is the h-gradient columns of step t and stage 2 t + 1
     # its units (they need every column). Without one, unit j's output is
-    # column j of m: both phases of a chunk touch only its own columns, in
-    # stage 2 t + 1. Stage 0 is the gradient of m0 (t = -1).
+    # column j of h: both phases of a chunk touch only its own columns, in
+    # stage 2 t + 1. Stage 0 is the gradient of h0 (t = -1).
     claims = np.zeros((2 * steps + 1) * num_chunks, np.int64)
     done = np.zeros(2 * steps + 1, np.int64)
     for worker in prange(num_chunks):
         w = np.int64(worker)
         for t in range(steps - 1, -2, -1):
             if has_proj or t < 0:
-                for k in _sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
-                    _backward_m(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
-                                proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
-                _sync.wait_for(done, 2 * t + 2, num_proj_chunks)
+                for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
+                    _backward_h(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
+                                proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+                sync.wait_for(done, 2 * t + 2, num_proj_chunks)
             if t >= 0:
-                for k in _sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
+                for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
                     if not has_proj:
-                        _backward_m(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], d_gates, w_rec_t,
-                                    proj_work, lengths, d_out, m_raw_, pclip, proj_clip_on, has_proj, one, dm, dm_raw)
-                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dm_raw, w_proj_t, work, lengths,
-                                    w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, d_gates, dc,
+                        _backward_h(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
+                                    proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths,
+                                    w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc,
                                     w_i_grad, w_f_grad, w_o_grad)
-                _sync.wait_for(done, 2 * t + 1, num_chunks)
+                sync.wait_for(done, 2 * t + 1, num_chunks)
 
 
-@njit(**_JIT)
-def _weight_grads_block(k, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks, proj_rows, has_proj, dx2d,
+@njit(**KERNEL)
+def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows, has_proj, dx2d,
                         packed_grad, packed_b, d_proj):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
     The fused ops' share (:func:`nblstm.cpu._weight_grads_block`: ``dx2d``,
-    the kernel and bias gradients in packed columns, with ``m`` as the
+    the kernel and bias gradients in packed columns, with ``h`` as the
     previous output) plus, with a projection, rows
-    ``proj_rows[k]..proj_rows[k+1]-1`` of its gradient ``r^T @ dm2d``.
+    ``proj_rows[k]..proj_rows[k+1]-1`` of its gradient ``r^T @ dh2d``.
     """
-    _fused_weight_grads_block(k, x2d, m2d, m0, dg2d, w_x.T, x_rows, w_rows, col_blocks, dx2d, packed_grad, packed_b)
+    fused_weight_grads_block(k, x2d, h2d, h0, dg2d, w_x.T, x_rows, w_rows, col_blocks, dx2d, packed_grad, packed_b)
     if has_proj:
         p0, p1 = proj_rows[k], proj_rows[k + 1]
-        _gemm_tn(r2d[:, p0:p1], dm2d, d_proj[p0:p1], False)
+        gemm_tn(r2d[:, p0:p1], dh2d, d_proj[p0:p1], False)
 
 
-@njit(parallel=True, **_JIT)
-def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks, proj_rows, perm, has_proj,
+@njit(parallel=True, **KERNEL)
+def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows, perm, has_proj,
                         dx2d, packed_grad, packed_b, d_kernel, d_bias, d_proj):
     """The GEMMs after the backward loop, split across threads as the fused ops' (no partial sums).
 
@@ -537,14 +513,14 @@ def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_
     ----------
     x2d : [T * B, I] C-contiguous array
         Inputs of all steps.
-    m2d : [T * B, P] C-contiguous array
-        Output state ``m``; row ``r - B`` is the previous output of row ``r``.
-    m0 : [B, P] C-contiguous array
+    h2d : [T * B, P] C-contiguous array
+        Output state ``h``; row ``r - B`` is the previous output of row ``r``.
+    h0 : [B, P] C-contiguous array
     r2d : [T * B, H] C-contiguous array
         ``r = o * act(c)`` (read only with a projection).
     dg2d : [T * B, 4H] C-contiguous array
         Packed gate gradients of all steps.
-    dm2d : [T * B, P] C-contiguous array
+    dh2d : [T * B, P] C-contiguous array
         Gradient of the projection before clipping (read only with a projection).
     w_x : [I, 4H] C-contiguous array
         Packed input weights.
@@ -565,19 +541,19 @@ def weight_grads_kernel(x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_
     packed_b : [4H] array
         Workspaces: the kernel and bias gradients in packed columns.
     d_kernel : [I + P, 4H] array
-        Output ``[x_t, m_{t-1}]^T @ dgates`` summed over steps, ICFO columns.
+        Output ``[x_t, h_{t-1}]^T @ dgates`` summed over steps, ICFO columns.
     d_bias : [4H] array
         Output: column sums of ``dg2d``, ICFO.
     d_proj : [H, P] array
-        Output ``r^T @ dm2d`` (written only with a projection).
+        Output ``r^T @ dh2d`` (written only with a projection).
     """
     num_blocks = x_rows.shape[0] - 1
     if num_blocks == 1:  # no parallel region (each costs a barrier)
-        _weight_grads_block(num_blocks - 1, x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks, proj_rows,
+        _weight_grads_block(num_blocks - 1, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows,
                             has_proj, dx2d, packed_grad, packed_b, d_proj)
     else:
         for k in prange(num_blocks):
-            _weight_grads_block(np.int64(k), x2d, m2d, m0, r2d, dg2d, dm2d, w_x, x_rows, w_rows, col_blocks,
+            _weight_grads_block(np.int64(k), x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks,
                                 proj_rows, has_proj, dx2d, packed_grad, packed_b, d_proj)
     # Unpack the columns to ICFO.
     for row in range(d_kernel.shape[0]):
@@ -637,24 +613,24 @@ class PackedWeights:
         depth = units if proj is None else proj.shape[1]
         self.dtype, self.units, self.depth, self.input_depth = dtype, units, depth, input_depth
         self.has_proj = proj is not None
-        self.bounds = chunk_bounds(max(batch_size, 1), units, num_chunks)
+        self.bounds = cell_chunk_bounds(max(batch_size, 1), units, num_chunks)
         self.perm = packed_columns(units, self.bounds)
         kp = kernel[:, self.perm]
         self.w_x = np.ascontiguousarray(kp[:input_depth])  # [I, 4H] packed
         w_h = np.ascontiguousarray(kp[input_depth:])  # [P, 4H] packed
         self.bias = np.ascontiguousarray(weights["bias"][self.perm])
-        # The forward's recurrent weights: each chunk's 4 hk columns in the
+        # The forward's recurrent weights: each chunk's 4 uk columns in the
         # micro-kernel's panels (nblstm.cpu does the same per call; a cell
         # keeps them until its weights change). The fused ops' packing:
         # chunk k's columns [i | j | f | o] of the ICFO kernel, and the
         # transposes of w_h's row chunks.
         self.rec_off = column_offsets(self.bounds, 4, dtype)
-        self.w_rec = _pool.aligned(depth * int(self.rec_off[-1]), dtype)
+        self.w_rec = pool.aligned(depth * int(self.rec_off[-1]), dtype)
         with kernel_section():
             pack_chunks(np.ascontiguousarray(kernel[input_depth:]), self.bounds, self.rec_off, self.w_rec, False,
-                        w_h.size >= _MIN_PARALLEL_PACK)
+                        w_h.size >= MIN_PARALLEL_PACK)
         if self.has_proj:
-            self.proj_bounds = chunk_bounds(max(batch_size, 1), depth, len(self.bounds) - 1)
+            self.proj_bounds = cell_chunk_bounds(max(batch_size, 1), depth, len(self.bounds) - 1)
             self.w_proj = _column_chunks(proj, self.proj_bounds, 1)
             self.w_proj_t = _column_chunks(proj.T, self.bounds, 1)
         else:
@@ -663,9 +639,9 @@ class PackedWeights:
             self.w_proj = self.w_proj_t = np.zeros(0, dtype)
         # The backward's w_h^T by column chunks, in panels as w_rec.
         self.rt_off = column_offsets(self.proj_bounds, 1, dtype)
-        self.w_rec_t = _pool.aligned(4 * units * int(self.rt_off[-1]), dtype)
+        self.w_rec_t = pool.aligned(4 * units * int(self.rt_off[-1]), dtype)
         with kernel_section():
-            pack_chunks(w_h, self.proj_bounds, self.rt_off, self.w_rec_t, True, w_h.size >= _MIN_PARALLEL_PACK)
+            pack_chunks(w_h, self.proj_bounds, self.rt_off, self.w_rec_t, True, w_h.size >= MIN_PARALLEL_PACK)
         zeros = np.zeros(units, dtype)
         self.peepholes = tuple(np.ascontiguousarray(weights.get(n, zeros))
                                for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
@@ -678,88 +654,87 @@ class PackedWeights:
         return out
 
 
-def _clip_args(bound):
-    """``(bound, on)`` kernel arguments of an optional clip bound."""
-    return (0.0, False) if bound is None else (float(bound), True)
+def _kernel_options(options, has_proj):
+    """The cell's options as the kernels' scalars, unpacked here only.
+
+    Returns ``(forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act)``;
+    ``proj_clip`` applies only with a projection.
+    """
+    return (float(options.forget_bias), *clip_scalars(options.cell_clip),
+            *clip_scalars(options.proj_clip if has_proj else None), int(options.activation))
 
 
-def sequence_forward(x, c0, m0, packed, lengths, forget_bias, cell_clip, proj_clip, act):
+def sequence_forward(x, c0, h0, packed, lengths, options):
     """Whole-sequence forward of the cell on validated arrays of the compute dtype.
 
     Parameters
     ----------
     x : [T, B, I] array
     c0 : [B, H] array
-    m0 : [B, P] array
+    h0 : [B, P] array
     packed : PackedWeights
     lengths : [B] int64 array
-    forget_bias : float
-    cell_clip, proj_clip : float or None
-        ``None`` turns clipping off; ``>= 0`` otherwise.
-    act : int
-        Activation code.
+    options : nblstm.options.CellOptions
 
     Returns
     -------
     dict
         Saved values: ``gates [T, B, 4H]`` (packed), ``c_raw, c, ac, r
-        [T, B, H]``, ``m_raw, m [T, B, P]`` (``m_raw`` empty without a
-        projection, ``m`` the same array as ``r``), and the inputs and
+        [T, B, H]``, ``h_raw, h [T, B, P]`` (``h_raw`` empty without a
+        projection, ``h`` the same array as ``r``), and the inputs and
         options the backward pass needs. :func:`sequence_backward` turns
         ``gates`` into their gradients (it becomes ``None``).
     """
     steps, batch, inputs = x.shape
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     c = np.ascontiguousarray
-    x, c0, m0 = c(x, dtype), c(c0, dtype), c(m0, dtype)
-    saved = {"x": x, "c0": c0, "m0": m0, "lengths": lengths,
-             "forward_options": (forget_bias, cell_clip, proj_clip, act)}
+    x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
+    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options}
     if steps == 0 or batch == 0:
         gates = np.zeros((steps, batch, 4 * units), dtype)
         c_raw_, c_, ac_, r_ = (np.zeros((steps, batch, units), dtype) for _ in range(4))
-        m_raw_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else _dummy3(dtype)
-        m_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else r_
-        saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
+        h_raw_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else _dummy3(dtype)
+        h_ = np.zeros((steps, batch, depth), dtype) if packed.has_proj else r_
+        saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, h_raw=h_raw_, h=h_)
         return saved
     # Every element of these is written by the kernel.
-    gates = _pool.aligned((steps, batch, 4 * units), dtype)
-    c_raw_, c_, ac_, r_ = _pool.aligned((4, steps, batch, units), dtype)  # one allocation
+    gates = pool.aligned((steps, batch, 4 * units), dtype)
+    c_raw_, c_, ac_, r_ = pool.aligned((4, steps, batch, units), dtype)  # one allocation
     if packed.has_proj:
-        m_raw_, m_ = _pool.aligned((steps, batch, depth), dtype), _pool.aligned((steps, batch, depth), dtype)
+        h_raw_, h_ = pool.aligned((steps, batch, depth), dtype), pool.aligned((steps, batch, depth), dtype)
     else:
-        m_raw_, m_ = _dummy3(dtype), r_
-    saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, m_raw=m_raw_, m=m_)
+        h_raw_, h_ = _dummy3(dtype), r_
+    saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, h_raw=h_raw_, h=h_)
     rows = steps * batch
-    work = _pool.aligned(batch * int(packed.rec_off[-1]), dtype)
+    work = pool.aligned(batch * int(packed.rec_off[-1]), dtype)
     proj_work = np.empty(batch * depth, dtype)
     with kernel_section():
-        forward_kernel(x.reshape(rows, inputs), packed.w_x, row_bounds(rows, inputs * 4 * units), c0, m0,
+        forward_kernel(x.reshape(rows, inputs), packed.w_x, row_bounds(rows, inputs * 4 * units), c0, h0,
                        packed.bias, packed.w_rec, packed.bounds, packed.rec_off, packed.w_proj, packed.proj_bounds,
-                       c(lengths, np.int64), *packed.peepholes, float(forget_bias), *_clip_args(cell_clip),
-                       *_clip_args(proj_clip if packed.has_proj else None), int(act), packed.use_peepholes,
-                       packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, m_raw_, m_)
+                       c(lengths, np.int64), *packed.peepholes, *_kernel_options(options, packed.has_proj),
+                       packed.use_peepholes, packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_)
     return saved
 
 
 def final_state(saved):
-    """The state after the last step, ``(c [B, H], m [B, P])``; the initial state when ``T = 0``."""
+    """The state after the last step, ``(c [B, H], h [B, P])``; the initial state when ``T = 0``."""
     if saved["c"].shape[0] == 0:
-        return saved["c0"].copy(), saved["m0"].copy()
-    return saved["c"][-1].copy(), saved["m"][-1].copy()
+        return saved["c0"].copy(), saved["h0"].copy()
+    return saved["c"][-1].copy(), saved["h"][-1].copy()
 
 
 def masked_outputs(saved):
-    """Outputs ``[T, B, P]``: ``m``, zero from each example's length on."""
-    m = saved["m"]
-    steps = m.shape[0]
+    """Outputs ``[T, B, P]``: ``h``, zero from each example's length on."""
+    h = saved["h"]
+    steps = h.shape[0]
     lengths = saved["lengths"]
     if lengths.size == 0 or lengths.min() >= steps:  # nothing to mask (the usual case)
-        return m.copy()
+        return h.copy()
     mask = np.arange(steps)[:, None] < saved["lengths"][None, :]
-    return np.where(mask[:, :, None], m, 0).astype(m.dtype, copy=False)
+    return np.where(mask[:, :, None], h, 0).astype(h.dtype, copy=False)
 
 
-def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act):
+def sequence_backward(saved, packed, d_out, d_c, d_h):
     """Whole-sequence backward of the cell.
 
     Parameters
@@ -774,22 +749,20 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
     d_out : [T, B, P] array
         Gradient of the outputs.
     d_c : [B, H] array
-    d_m : [B, P] array
+    d_h : [B, P] array
         Gradient of the final state.
-    cell_clip, proj_clip : float or None
-    act : int
 
     Returns
     -------
     tuple
-        ``(d_x [T, B, I], d_c0 [B, H], d_m0 [B, P], d_weights)`` where
+        ``(d_x [T, B, I], d_c0 [B, H], d_h0 [B, P], d_weights)`` where
         ``d_weights`` is a dict keyed like the weights.
     """
-    x, c0, m0, lengths = saved["x"], saved["c0"], saved["m0"], saved["lengths"]
+    x, c0, h0, lengths = saved["x"], saved["c0"], saved["h0"], saved["lengths"]
     steps, batch, inputs = x.shape
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     dc = np.array(d_c, dtype, copy=True, order="C")
-    dm = np.array(d_m, dtype, copy=True, order="C")
+    dh = np.array(d_h, dtype, copy=True, order="C")
     peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
     d_kernel = np.zeros((inputs + depth, 4 * units), dtype)
     d_bias = np.zeros(4 * units, dtype)
@@ -801,12 +774,12 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         # The gate gradients overwrite the saved gates: with the forward pass,
         # one [T, B, 4H] array in all.
         if saved["gates"] is None:  # consumed by an earlier backward pass: recompute
-            saved.update(sequence_forward(x, c0, m0, packed, lengths, *saved["forward_options"]))
-        d_gates = saved["gates"]
+            saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"]))
+        dgates = saved["gates"]
         saved["gates"] = None
-        dm_raw = _pool.aligned((steps, batch, depth), dtype)
+        dh_raw = pool.aligned((steps, batch, depth), dtype)
         work = np.empty(batch * units, dtype)
-        proj_work = _pool.aligned(batch * int(packed.rt_off[-1]), dtype)
+        proj_work = pool.aligned(batch * int(packed.rt_off[-1]), dtype)
         lengths = c(lengths, np.int64)
         x_rows = row_bounds(rows, (2 * inputs + 2 * depth) * 4 * units)
         num_blocks = x_rows.shape[0] - 1
@@ -814,15 +787,15 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         packed_grad = np.empty((inputs + depth, 4 * units), dtype)
         packed_b = np.empty(4 * units, dtype)
         with kernel_section():
-            backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["m_raw"],
+            backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["h_raw"],
                             c(d_out, dtype), packed.w_rec_t, packed.rt_off, packed.bounds, packed.w_proj_t,
                             packed.proj_bounds,
-                            lengths, *packed.peepholes, *_clip_args(cell_clip),
-                            *_clip_args(proj_clip if packed.has_proj else None), int(act), packed.use_peepholes,
-                            packed.has_proj, work, proj_work, d_gates, dm_raw, dc, dm, *peephole_grads)
-            weight_grads_kernel(x.reshape(rows, inputs), saved["m"].reshape(rows, depth), m0,
-                                saved["r"].reshape(rows, units), d_gates.reshape(rows, 4 * units),
-                                dm_raw.reshape(rows, depth), packed.w_x, x_rows, w_rows, col_blocks, proj_rows,
+                            lengths, *packed.peepholes, *_kernel_options(saved["options"], packed.has_proj)[1:],
+                            packed.use_peepholes, packed.has_proj, work, proj_work, dgates, dh_raw, dc, dh,
+                            *peephole_grads)
+            weight_grads_kernel(x.reshape(rows, inputs), saved["h"].reshape(rows, depth), h0,
+                                saved["r"].reshape(rows, units), dgates.reshape(rows, 4 * units),
+                                dh_raw.reshape(rows, depth), packed.w_x, x_rows, w_rows, col_blocks, proj_rows,
                                 packed.perm, packed.has_proj, d_x.reshape(rows, inputs), packed_grad, packed_b,
                                 d_kernel, d_bias, d_proj)
     d_weights = {"kernel": d_kernel, "bias": d_bias}
@@ -830,7 +803,7 @@ def sequence_backward(saved, packed, d_out, d_c, d_m, cell_clip, proj_clip, act)
         d_weights["w_i_diag"], d_weights["w_f_diag"], d_weights["w_o_diag"] = peephole_grads
     if packed.has_proj:
         d_weights["projection/kernel"] = d_proj
-    return d_x, dc, dm, d_weights
+    return d_x, dc, dh, d_weights
 
 
 def num_threads():

@@ -1,11 +1,11 @@
 """TensorFlow's TF1 ``LSTMCell`` API (``tf.compat.v1.nn.rnn_cell.LSTMCell``) over fused kernels.
 
 :class:`LSTMCell` keeps TensorFlow's constructor, variable names, shapes and
-initial values, and its maths exactly (SPEC.md section 6): peepholes,
+initial values, and its maths exactly (:ref:`spec-cell`): peepholes,
 ``cell_clip`` (``0.0`` clips the cell to zero), a projection with
 ``proj_clip``, any Keras activation by name, ``state_is_tuple``. On top of
 the one-step call it runs whole sequences in fused kernels
-(:mod:`nblstm.cpu_cell`, and :mod:`nblstm.cuda_cell` for GPU arrays: no
+(:mod:`nblstm.cpu.cell`, and :mod:`nblstm.cuda.cell` for GPU arrays: no
 Python loop over time) with ``dynamic_rnn``
 semantics for per-example lengths, and gives their exact gradients
 (:meth:`LSTMCell.vjp`), with the true gradient of the clipping.
@@ -15,7 +15,7 @@ Arrays follow the cell's names: ``c`` the cell state ``[B, H]``, ``h``
 
 GPU arrays: a cell called with arrays on a GPU (``__cuda_array_interface__``:
 Numba device arrays, CuPy arrays, PyTorch CUDA tensors) runs the CUDA kernels
-of :mod:`nblstm.cuda_cell`, with the same maths and semantics, and nothing
+of :mod:`nblstm.cuda.cell`, with the same maths and semantics, and nothing
 goes through the host but the lengths (validated on the host) and the weight
 gradients. Outputs, states, ``d_inputs`` and the state gradients are Numba
 device arrays of the inputs' dtype (wrap them with ``cupy.asarray`` or
@@ -34,10 +34,16 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import _validate as v
-from . import convert
+from .. import _validate as v
+from .. import convert
+from .._dispatch import target_for
+from ..options import CellOptions
+from .activations import activation_of
+from .initializers import initializer_of
 
-__all__ = ["LSTMCell", "LSTMStateTuple", "Activation", "ACTIVATION_NAMES"]
+__all__ = ["LSTMCell", "LSTMStateTuple"]
+
+_ALLOWED_KWARGS = ("trainable",)
 
 LSTMStateTuple = namedtuple("LSTMStateTuple", ["c", "h"])
 LSTMStateTuple.__doc__ = """State of an :class:`LSTMCell`: ``c [B, H]`` (cell) and ``h [B, P]`` (output), in that order.
@@ -52,269 +58,6 @@ Examples
 >>> c.shape, h.shape, state.h is h
 ((2, 4), (2, 3), True)
 """
-
-#: Activation names accepted by :class:`LSTMCell` (Keras names), in the order of their codes in
-#: ``nblstm.spec.ACTIVATIONS`` (which this module imports only when needed: it imports numba).
-ACTIVATION_NAMES = ("tanh", "relu", "sigmoid", "elu", "softsign", "softplus", "selu", "linear")
-# SELU's constants (Klambauer et al., 2017), as in Keras and nblstm.spec.
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
-
-_WEIGHT_ORDER = ("kernel", "bias", "w_f_diag", "w_i_diag", "w_o_diag", "projection/kernel")
-_ALLOWED_KWARGS = ("trainable",)
-
-
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-_NUMPY_ACTIVATIONS = {
-    "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0),
-    "sigmoid": _sigmoid,
-    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
-    "softsign": lambda x: x / (1 + np.abs(x)),
-    "softplus": lambda x: np.logaddexp(0, x),
-    "selu": lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
-    "linear": lambda x: x,
-}
-
-
-class Activation:
-    """An activation the kernels know, by its Keras name.
-
-    Calling it applies it to a NumPy array (for reference and plots); the
-    kernels use its integer :attr:`code`.
-
-    Parameters
-    ----------
-    name : str
-        One of :data:`ACTIVATION_NAMES`.
-
-    Examples
-    --------
-    >>> Activation("relu")(np.array([-1.0, 2.0]))
-    array([0., 2.])
-    """
-
-    __slots__ = ("name", "code")
-
-    def __init__(self, name):
-        key = str(name).lower()
-        if key not in ACTIVATION_NAMES:
-            raise ValueError(f"activation {name!r} is not supported; expected one of {ACTIVATION_NAMES}")
-        self.name = key
-        self.code = ACTIVATION_NAMES.index(key)
-
-    def __call__(self, x):
-        return _NUMPY_ACTIVATIONS[self.name](np.asarray(x))
-
-    def __repr__(self):
-        return f"Activation({self.name!r})"
-
-    def __eq__(self, other):
-        return isinstance(other, Activation) and other.name == self.name
-
-    def __hash__(self):
-        return hash(self.name)
-
-
-def _activation(value):
-    """An :class:`Activation` from ``None`` (tanh), a name, an Activation or a function with a known name."""
-    if value is None:
-        return Activation("tanh")
-    if isinstance(value, Activation):
-        return value
-    if isinstance(value, str):
-        return Activation(value)
-    name = getattr(value, "__name__", None)
-    if callable(value) and isinstance(name, str) and name.lower() in ACTIVATION_NAMES:
-        return Activation(name)
-    raise ValueError(f"activation {value!r} is not supported: pass one of the names {ACTIVATION_NAMES} "
-                     "or an nblstm.cell.Activation")
-
-
-# ---------------------------------------------------------------------------
-# Initializers: callables (shape, dtype, rng) -> array, Keras' definitions.
-# ---------------------------------------------------------------------------
-
-
-def _fans(shape):
-    if len(shape) == 1:
-        return shape[0], shape[0]
-    return shape[0], shape[1]
-
-
-def _glorot_uniform(shape, dtype, rng):
-    fan_in, fan_out = _fans(shape)
-    limit = np.sqrt(6.0 / (fan_in + fan_out))
-    return rng.uniform(-limit, limit, shape).astype(dtype)
-
-
-def _glorot_normal(shape, dtype, rng):
-    fan_in, fan_out = _fans(shape)
-    return _truncated(rng, np.sqrt(2.0 / (fan_in + fan_out)), shape).astype(dtype)
-
-
-def _lecun_uniform(shape, dtype, rng):
-    limit = np.sqrt(3.0 / _fans(shape)[0])
-    return rng.uniform(-limit, limit, shape).astype(dtype)
-
-
-def _he_uniform(shape, dtype, rng):
-    limit = np.sqrt(6.0 / _fans(shape)[0])
-    return rng.uniform(-limit, limit, shape).astype(dtype)
-
-
-def _he_normal(shape, dtype, rng):
-    return _truncated(rng, np.sqrt(2.0 / _fans(shape)[0]), shape).astype(dtype)
-
-
-def _truncated(rng, std, shape):
-    """Normal samples redrawn beyond two standard deviations, scaled so the result has ``std``."""
-    # 0.8796... is the std of a unit normal truncated to [-2, 2] (Keras' correction).
-    scale = std / 0.87962566103423978
-    out = rng.standard_normal(shape)
-    bad = np.abs(out) > 2
-    while bad.any():
-        out[bad] = rng.standard_normal(int(bad.sum()))
-        bad = np.abs(out) > 2
-    return out * scale
-
-
-def _orthogonal(shape, dtype, rng):
-    if len(shape) < 2:
-        raise ValueError(f"the 'orthogonal' initializer needs a matrix; the variable has shape {shape} "
-                         "(peephole weights are vectors: pass another initializer with use_peepholes=True)")
-    rows, cols = shape
-    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
-    q, r = np.linalg.qr(a)
-    q = q * np.sign(np.diag(r))
-    if rows < cols:
-        q = q.T
-    return q.astype(dtype)
-
-
-_INITIALIZERS = {
-    "glorot_uniform": _glorot_uniform,
-    "glorot_normal": _glorot_normal,
-    "lecun_uniform": _lecun_uniform,
-    "he_uniform": _he_uniform,
-    "he_normal": _he_normal,
-    "orthogonal": _orthogonal,
-    "uniform": lambda shape, dtype, rng: rng.uniform(-0.05, 0.05, shape).astype(dtype),
-    "random_uniform": lambda shape, dtype, rng: rng.uniform(-0.05, 0.05, shape).astype(dtype),
-    "normal": lambda shape, dtype, rng: (0.05 * rng.standard_normal(shape)).astype(dtype),
-    "random_normal": lambda shape, dtype, rng: (0.05 * rng.standard_normal(shape)).astype(dtype),
-    "truncated_normal": lambda shape, dtype, rng: _truncated(rng, 0.05, shape).astype(dtype),
-    "zeros": lambda shape, dtype, rng: np.zeros(shape, dtype),
-    "ones": lambda shape, dtype, rng: np.ones(shape, dtype),
-}
-
-#: Initializer names accepted by :class:`LSTMCell`.
-INITIALIZER_NAMES = tuple(_INITIALIZERS)
-
-
-def _initializer(value):
-    if value is None:
-        return "glorot_uniform", _INITIALIZERS["glorot_uniform"]
-    if isinstance(value, str):
-        key = value.lower()
-        if key not in _INITIALIZERS:
-            raise ValueError(f"initializer {value!r} is not supported; expected one of {INITIALIZER_NAMES} "
-                             "or a callable (shape, dtype, rng) -> array")
-        return key, _INITIALIZERS[key]
-    if callable(value):
-        return None, value
-    raise TypeError(f"initializer must be a name or a callable (shape, dtype, rng) -> array, "
-                    f"got {type(value).__name__}")
-
-
-# ---------------------------------------------------------------------------
-# Argument checks
-# ---------------------------------------------------------------------------
-
-
-def _positive_int(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int{' or None' if allow_none else ''}, "
-                        f"got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return int(value)
-
-
-def _clip_bound(name, value):
-    if value is None:
-        return None
-    value = v.check_real(name, value)
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0 or None, got {value}")
-    return value
-
-
-def _dtype(name, value, allow_none=True):
-    if value is None and allow_none:
-        return None
-    try:
-        dt = np.dtype(value)
-    except TypeError:
-        raise TypeError(f"{name} must be float16, float32 or float64, got {value!r}") from None
-    if dt not in v.SUPPORTED_DTYPES:
-        raise TypeError(f"{name} must be float16, float32 or float64, got {dt}")
-    return dt
-
-
-def _compute_dtype(dtype):
-    """numba's CPU target has no float16: float16 is computed in float32."""
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
-
-
-def _to_compute(a, dtype):
-    """A host array in the compute dtype (:func:`nblstm.cpu._to_compute`: fast float16 conversion)."""
-    from .cpu import _to_compute as convert
-
-    return convert(a, dtype)
-
-
-def _to_storage(a, dtype):
-    """A host result in the caller's dtype (:func:`nblstm.cpu._to_storage`)."""
-    from .cpu import _to_storage as convert
-
-    return convert(a, dtype)
-
-
-def _batch_size(value, name="batch_size"):
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int, got bool")
-    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and float(value).is_integer():
-        value = int(value)  # TensorFlow accepts a float batch size
-    if not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
-
-
-class _Device:
-    """Moves arrays between the GPU and the host (numba.cuda imported only when GPU arrays are seen)."""
-
-    @staticmethod
-    def to_host(value):
-        if hasattr(value, "copy_to_host"):
-            return value.copy_to_host()
-        from numba import cuda
-
-        return cuda.as_cuda_array(value).copy_to_host()
-
-    @staticmethod
-    def to_device(value):
-        from numba import cuda
-
-        return cuda.to_device(np.ascontiguousarray(value))
-
 
 class LSTMCell:
     """Long short-term memory cell of TensorFlow 1 (``tf.compat.v1.nn.rnn_cell.LSTMCell``), compiled.
@@ -381,28 +124,28 @@ class LSTMCell:
         unknown = sorted(set(kwargs) - set(_ALLOWED_KWARGS))
         if unknown:
             raise TypeError(f"LSTMCell got unexpected keyword arguments: {', '.join(unknown)}")
-        self.num_units = _positive_int("num_units", num_units)
+        self.num_units = v.check_positive_int("num_units", num_units)
         self.use_peepholes = v.check_bool("use_peepholes", use_peepholes)
-        self.cell_clip = _clip_bound("cell_clip", cell_clip)
-        self.initializer_name, self._initializer = _initializer(initializer)
-        self.num_proj = _positive_int("num_proj", num_proj, allow_none=True)
-        self.proj_clip = _clip_bound("proj_clip", proj_clip)
+        self.cell_clip = v.check_clip_bound("cell_clip", cell_clip)
+        self.initializer_name, self._initializer = initializer_of(initializer)
+        self.num_proj = v.check_positive_int("num_proj", num_proj, allow_none=True)
+        self.proj_clip = v.check_clip_bound("proj_clip", proj_clip)
         for shard_name, shards in (("num_unit_shards", num_unit_shards), ("num_proj_shards", num_proj_shards)):
             if shards is not None:
-                _positive_int(shard_name, shards)
+                v.check_positive_int(shard_name, shards)
                 warnings.warn(f"{shard_name} is deprecated (as in TensorFlow) and ignored: nblstm does not "
                               "partition variables", DeprecationWarning, stacklevel=2)
         self.num_unit_shards, self.num_proj_shards = num_unit_shards, num_proj_shards
         self.forget_bias = v.check_real("forget_bias", forget_bias)
         self.state_is_tuple = v.check_bool("state_is_tuple", state_is_tuple)
-        self.activation = _activation(activation)
+        self.activation = activation_of(activation)
         if reuse is not None:
             v.check_bool("reuse", reuse)
         self.reuse = reuse
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
         self.name = name or "lstm_cell"
-        self._dtype = _dtype("dtype", dtype)
+        self._dtype = v.check_dtype("dtype", dtype)
         if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         self.seed = seed
@@ -412,8 +155,7 @@ class LSTMCell:
                              "(use another initializer with use_peepholes=True)")
         self.input_depth = None
         self._weights = None
-        self._packed = {}
-        self._device_weights = {}
+        self._target_cache = {}
 
     # -- sizes and state -------------------------------------------------------------------------------
 
@@ -496,8 +238,8 @@ class LSTMCell:
         >>> nblstm.LSTMCell(4, num_proj=2, state_is_tuple=False).zero_state(3, np.float32).shape
         (3, 6)
         """
-        batch = _batch_size(batch_size)
-        dt = _dtype("dtype", dtype, allow_none=False)
+        batch = v.check_batch_size(batch_size)
+        dt = v.check_dtype("dtype", dtype, allow_none=False)
         if self.state_is_tuple:
             return LSTMStateTuple(np.zeros((batch, self.num_units), dt), np.zeros((batch, self._depth), dt))
         return np.zeros((batch, self.num_units + self._depth), dt)
@@ -535,9 +277,9 @@ class LSTMCell:
             if len(info.shape) not in (2, 3):
                 raise ValueError(f"inputs must have rank 2 [B, I] or 3 [T, B, I], got shape {info.shape}")
             batch = info.shape[-2]
-            if batch_size is not None and _batch_size(batch_size) != batch:
+            if batch_size is not None and v.check_batch_size(batch_size) != batch:
                 raise ValueError(f"batch_size={batch_size} disagrees with the batch size {batch} of inputs")
-            if dtype is not None and _dtype("dtype", dtype) != info.dtype:
+            if dtype is not None and v.check_dtype("dtype", dtype) != info.dtype:
                 raise ValueError(f"dtype={np.dtype(dtype)} disagrees with the dtype {info.dtype} of inputs")
             state = self.zero_state(batch, info.dtype)
             return self._like(state, info.kind)
@@ -590,7 +332,7 @@ class LSTMCell:
             if not input_depth:
                 raise ValueError("input_depth shape must not be empty")
             input_depth = input_depth[-1]
-        depth = _positive_int("input_depth", input_depth)
+        depth = v.check_positive_int("input_depth", input_depth)
         if self._dtype is None:
             self._dtype = np.dtype(np.float32)
         rng = np.random.default_rng(self.seed)
@@ -608,11 +350,10 @@ class LSTMCell:
 
     def _set(self, weights):
         self._weights = weights
-        # Weights packed for the CPU kernels, per compute dtype and chunking,
-        # and uploaded for the CUDA kernels, per compute dtype and GPU: made
-        # on first use, dropped when the weights change.
-        self._packed = {}
-        self._device_weights = {}
+        # What the targets make of the weights (packed for the CPU kernels,
+        # uploaded for the CUDA kernels): made on first use, dropped when the
+        # weights change.
+        self._target_cache = {}
 
     def get_weights(self):
         """The variables as ``{name: array}`` (copies), in TensorFlow's creation order.
@@ -675,7 +416,7 @@ class LSTMCell:
             a = weights[n]
             if not isinstance(a, np.ndarray):
                 if hasattr(a, "copy_to_host") or hasattr(a, "__cuda_array_interface__"):
-                    a = _Device.to_host(a)
+                    a = v.to_host(a)
                 else:
                     raise TypeError(f"weights[{n!r}] must be a NumPy array, got {type(a).__name__}")
             arrays[n] = a
@@ -687,7 +428,7 @@ class LSTMCell:
         if self.input_depth is not None and input_depth != self.input_depth:
             raise ValueError(f"weights['kernel'] has shape {kernel.shape}; the cell was built for input depth "
                              f"{self.input_depth}: expected {(self.input_depth + self._depth, 4 * self.num_units)}")
-        dtype = self._dtype or _dtype("weights['kernel'] dtype", kernel.dtype)
+        dtype = self._dtype or v.check_dtype("weights['kernel'] dtype", kernel.dtype)
         for n, shape in self._shapes(input_depth).items():
             a = arrays[n]
             if a.shape != shape:
@@ -1076,17 +817,14 @@ class LSTMCell:
         return info
 
     def _state_arrays(self, state, batch, dtype, kind, name):
-        """``(c [B, H], h [B, P])`` in ``dtype`` from a validated state argument.
+        """``(c [B, H], h [B, P])`` from a validated state argument (``None`` for each part when ``state`` is).
 
-        Host arrays for ``kind == "host"`` (zeros for ``None``); for
-        ``"device"`` the GPU arrays themselves, or column views of a joined
-        state (``None`` stays ``None``: the CUDA kernels make the zeros).
+        The arrays themselves, or column views of a joined state
+        (``state_is_tuple=False``); the target makes zeros of ``None``.
         """
         units, depth = self.num_units, self._depth
         if state is None:
-            if kind == "device":
-                return None, None
-            return np.zeros((batch, units), dtype), np.zeros((batch, depth), dtype)
+            return None, None
         if self.state_is_tuple:
             if not isinstance(state, (tuple, list)) or len(state) != 2:
                 raise TypeError(f"{name} must be an LSTMStateTuple (c [B, H], h [B, P]) with state_is_tuple=True, "
@@ -1116,53 +854,22 @@ class LSTMCell:
             c, h = state[:, :units], state[:, units:]
         return c, h
 
-    def _lengths(self, sequence_length, steps, batch):
-        if sequence_length is None:
-            return np.full(batch, steps, np.int64)
-        if not isinstance(sequence_length, np.ndarray):
-            if hasattr(sequence_length, "copy_to_host") or hasattr(sequence_length, "__cuda_array_interface__"):
-                sequence_length = _Device.to_host(sequence_length)
-            elif isinstance(sequence_length, (list, tuple)):
-                if not all(isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
-                           for x in sequence_length):
-                    raise TypeError("sequence_length must hold integers")
-                sequence_length = np.array(sequence_length, np.int64).reshape(len(sequence_length))
-            else:
-                raise TypeError(f"sequence_length must be a [B] integer array or list, got "
-                                f"{type(sequence_length).__name__}")
-        if sequence_length.dtype.kind not in "iu":
-            raise TypeError(f"sequence_length must have an integer dtype, got {sequence_length.dtype}")
-        if sequence_length.shape != (batch,):
-            raise ValueError(f"sequence_length has shape {sequence_length.shape}; expected ({batch},) "
-                             "(one length per example, B from inputs)")
-        if batch and (sequence_length.min() < 0 or sequence_length.max() > steps):
-            raise ValueError(f"sequence_length values must be in [0, T] = [0, {steps}], got "
-                             f"min {sequence_length.min()}, max {sequence_length.max()}")
-        return sequence_length.astype(np.int64)
-
-    def _packed_for(self, ct, batch):
-        from .cpu_cell import PackedWeights, chunk_bounds
-
-        key = (ct.str, chunk_bounds(max(batch, 1), self.num_units).tobytes())
-        packed = self._packed.get(key)
-        if packed is None:
-            weights = {k: np.ascontiguousarray(a, ct) for k, a in self._weights.items()}
-            packed = self._packed[key] = PackedWeights(weights, self.input_depth, batch)
-        return packed
-
     def _like(self, state, kind):
         """``state`` moved to the GPU when ``kind`` is ``"device"``."""
         if kind == "host":
             return state
         if isinstance(state, tuple):
-            return LSTMStateTuple(*(_Device.to_device(a) for a in state))
-        return _Device.to_device(state)
+            return LSTMStateTuple(*(v.to_device(a) for a in state))
+        return v.to_device(state)
 
-    def _make_state(self, c, h, dtype):
-        """A host state of the cell's structure from ``c [B, H]`` and ``h [B, P]``."""
-        c = _to_storage(c, dtype)
-        h = _to_storage(h, dtype)
-        return LSTMStateTuple(c, h) if self.state_is_tuple else np.concatenate([c, h], axis=1)
+    def _options(self):
+        """The cell's options as the record the targets take."""
+        proj_clip = self.proj_clip if self.num_proj is not None else None
+        return CellOptions(self.forget_bias, self.cell_clip, proj_clip, self.activation.code)
+
+    def _structured(self, state):
+        """A target's state ``(c, h)`` as an :class:`LSTMStateTuple` (a joined state stays one array)."""
+        return LSTMStateTuple(*state) if self.state_is_tuple else state
 
     def _run(self, info, inputs, state, sequence_length, with_grad):
         """Validate everything, then run the forward kernels; returns ``(outputs, final_state, ctx)``."""
@@ -1171,71 +878,37 @@ class LSTMCell:
         steps = 1 if len(info.shape) == 2 else info.shape[0]
         c0, h0 = self._state_arrays(state, batch, dtype, info.kind, "state" if len(info.shape) == 2
                                     else "initial_state")
-        lengths = self._lengths(sequence_length, steps, batch)
+        lengths = v.check_lengths(sequence_length, steps, batch)
         if self._weights is None:
             if self._dtype is None:
                 self._dtype = dtype
             self.build(info.shape[-1])
-        proj_clip = self.proj_clip if self.num_proj is not None else None
-        act = self.activation.code
-        if info.kind == "device":
-            from . import cuda_cell
-
-            outputs, final, saved = cuda_cell.sequence_forward(
-                inputs, c0, h0, self._weights, self._device_weights, lengths, self.forget_bias, self.cell_clip,
-                proj_clip, act, join_state=not self.state_is_tuple, with_grad=with_grad)
-            if self.state_is_tuple:
-                final = LSTMStateTuple(*final)
-            ctx = None
-            if with_grad:
-                ctx = {"saved": saved, "dtype": dtype, "kind": info.kind, "shape": (steps, batch)}
-            return outputs, final, ctx
-        from . import cpu_cell
-
-        x = inputs
-        if len(info.shape) == 2:
-            x = x[None]
-        ct = _compute_dtype(dtype)
-        x, c0, h0 = (np.ascontiguousarray(_to_compute(a, ct)) for a in (x, c0, h0))
-        packed = self._packed_for(ct, batch)
-        saved = cpu_cell.sequence_forward(x, c0, h0, packed, lengths, self.forget_bias, self.cell_clip, proj_clip,
-                                          act)
-        c_final, h_final = cpu_cell.final_state(saved)
-        outputs = _to_storage(cpu_cell.masked_outputs(saved), dtype)
-        final = self._make_state(c_final, h_final, dtype)
+        target = target_for(info.kind)
+        outputs, final, saved = target.cell_forward(
+            inputs=inputs, c0=c0, h0=h0, weights=self._weights, cache=self._target_cache, lengths=lengths,
+            options=self._options(), join_state=not self.state_is_tuple, with_grad=with_grad)
         ctx = None
         if with_grad:
-            ctx = {"saved": saved, "packed": packed, "dtype": dtype, "ct": ct, "kind": info.kind,
-                   "shape": (steps, batch), "act": act, "proj_clip": proj_clip, "cell_clip": self.cell_clip}
-        return outputs, final, ctx
+            ctx = {"saved": saved, "target": target, "dtype": dtype, "kind": info.kind, "shape": (steps, batch)}
+        return outputs, self._structured(final), ctx
 
-    def _grad_part(self, value, shape, dtype, kind, name, ct):
-        """A validated gradient argument.
-
-        For host calls a C-contiguous array of the compute dtype ``ct``
-        (zeros for ``None``); for GPU calls the GPU array itself (``None``
-        stays ``None``).
-        """
+    def _grad_part(self, value, shape, dtype, kind, name):
+        """A validated gradient argument (``None`` stays ``None``: zeros)."""
         if value is None:
-            return None if kind == "device" else np.zeros(shape, ct)
+            return None
         info = v.describe_array(name, value)
         if info.kind != kind:
             raise TypeError(f"{name} must live where inputs did (NumPy or GPU)")
         if info.dtype != dtype:
             raise TypeError(f"{name} has dtype {info.dtype}; expected {dtype} (the dtype of inputs)")
         v.check_shape(info, shape, "like the corresponding state")
-        if kind == "device":
-            return value
-        return np.ascontiguousarray(_to_compute(value, ct))
+        return value
 
     def _backward(self, ctx, d_outputs, d_final_state):
-        from . import cpu_cell
-
         steps, batch = ctx["shape"]
         dtype, kind = ctx["dtype"], ctx["kind"]
-        ct = _compute_dtype(dtype)
         units, depth = self.num_units, self._depth
-        d_out = self._grad_part(d_outputs, (steps, batch, depth), dtype, kind, "d_outputs", ct)
+        d_out = self._grad_part(d_outputs, (steps, batch, depth), dtype, kind, "d_outputs")
         if d_final_state is None:
             d_c = d_h = None
         elif self.state_is_tuple:
@@ -1244,23 +917,13 @@ class LSTMCell:
             d_c, d_h = d_final_state
         else:
             d_c, d_h = self._state_arrays(d_final_state, batch, dtype, kind, "d_final_state")
-        d_c = self._grad_part(d_c, (batch, units), dtype, kind, "d_final_state.c", ct)
-        d_h = self._grad_part(d_h, (batch, depth), dtype, kind, "d_final_state.h", ct)
-        if kind == "device":
-            from . import cuda_cell
-
-            d_x, d_state, d_w = cuda_cell.sequence_backward(ctx["saved"], d_out, d_c, d_h,
-                                                            join_state=not self.state_is_tuple)
-            if self.state_is_tuple:
-                d_state = LSTMStateTuple(*d_state)
-        else:
-            d_x, d_c0, d_h0, d_w = cpu_cell.sequence_backward(ctx["saved"], ctx["packed"], d_out, d_c, d_h,
-                                                              ctx["cell_clip"], ctx["proj_clip"], ctx["act"])
-            d_x = _to_storage(d_x, dtype)
-            d_state = self._make_state(d_c0, d_h0, dtype)
+        d_c = self._grad_part(d_c, (batch, units), dtype, kind, "d_final_state.c")
+        d_h = self._grad_part(d_h, (batch, depth), dtype, kind, "d_final_state.h")
+        d_x, d_state, d_w = ctx["target"].cell_backward(saved=ctx["saved"], d_outputs=d_out, d_c=d_c, d_h=d_h,
+                                                        join_state=not self.state_is_tuple)
         # Weight gradients are NumPy arrays of the cell's dtype on both targets, like get_weights().
         d_w = {n: d_w[n].astype(dtype, copy=False) for n in self.weight_names}
-        return d_x, d_state, d_w
+        return d_x, self._structured(d_state), d_w
 
     def __repr__(self):
         extras = [f"num_proj={self.num_proj}"] if self.num_proj else []

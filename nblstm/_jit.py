@@ -1,0 +1,27 @@
+"""Every set of numba JIT options the CPU kernels are compiled with, spelled once.
+
+``error_model="numpy"``: without Python's division-by-zero checks LLVM
+vectorizes the loops (IEEE results, no exceptions). ``cache=True``: numba's
+on-disk cache, so that a later process loads the machine code instead of
+compiling it again.
+
+Two sets, by what the code may let LLVM do with its arithmetic:
+
+- :data:`KERNEL`, the kernels with gate maths (the fused ops and the cell):
+  ``fastmath={"contract"}`` alone of the fast-math flags, so that LLVM may
+  fuse a multiply and an add into one FMA (the rational tanh's polynomials:
+  the gate maths took 0.7x the time). This changes no result by more than
+  the rounding of the add; there is no reassociation, and NaN and infinities
+  are IEEE.
+- :data:`EXACT`, code whose every rounding is part of its contract: the
+  GEMM micro-kernel (each result element is the same however the columns
+  are split, see :mod:`nblstm.cpu.microkernel`) and the float16 conversions
+  (:mod:`nblstm.cpu.half`): no fast-math flag at all.
+"""
+
+__all__ = ["EXACT", "KERNEL"]
+
+#: Kernels with gate maths: multiply-adds may be contracted into FMAs.
+KERNEL = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}}
+#: The micro-kernel and the float16 conversions: IEEE arithmetic as written.
+EXACT = {"cache": True, "error_model": "numpy"}

@@ -1,0 +1,629 @@
+"""The fused ops on the CPU: ``@njit(parallel=True)`` kernels of BlockLSTM and its gradient, and their drivers.
+
+How the work is laid out (:ref:`design-cpu`):
+
+- Every GEMM runs inside numba's parallel regions as single-threaded BLAS
+  calls on a slice of the work, one per thread. NumPy's multi-threaded BLAS
+  is never called: its threads spin for a long time after each call and
+  would fight numba's threads for the two cores (40-100x slowdowns
+  measured from such oversubscription, :ref:`design-threads`).
+- The input projection ``x_t @ w[:I]``: with ``B > 1`` and ``I <= 256``
+  each step computes its own on the micro-kernel, continuing the same
+  accumulators with ``h_{t-1} @ w[I:]``
+  (:func:`~nblstm.cpu.partition.fused_projection`), so that no
+  ``[T, B, 4H]`` projection goes to memory and comes back. Otherwise it is
+  one GEMM before the time loop, computed straight into the gate outputs,
+  its rows split in blocks that do not depend on the thread count (so that
+  the forward pass gives the same bits on any number of threads).
+- The hidden units are split into ``K`` chunks, one per thread (the
+  micro-kernel's results do not depend on the split). Each chunk's
+  recurrent weights (its ``4 * uk`` columns, gate blocks in the caller's
+  order) are packed once per call in the panels of
+  :mod:`nblstm.cpu.microkernel`, whose register-tiled GEMM runs the step
+  1.6x faster than OpenBLAS, which packs the weights again at every step
+  (and its batch-1 matrix-vector product faster than OpenBLAS's GEMV, with
+  no call overhead). The whole time loop is one parallel region: at each
+  step a thread runs the recurrent GEMM of its chunk and then the gate
+  maths of its units while they are in cache, and the threads meet on
+  atomic counters (:mod:`nblstm.cpu.sync`) before the next step.
+- Backward keeps only ``dh = dgates @ w_h^T`` in the time loop, on the
+  micro-kernel with each chunk's ``w_h[u0:u1]^T`` packed once per call;
+  ``x_grad`` and the weight gradients are GEMMs after it, split across
+  threads (``x_grad`` by rows, ``w_grad`` by its own rows, each block one
+  product over all steps: no partial sums).
+- Kernels are compiled with :data:`nblstm._jit.KERNEL` (no division checks,
+  multiply-adds contracted into FMAs).
+
+Every array keeps the caller's gate layout (the packed recurrent weights
+too, within each chunk); ``blocks[g]`` is the block (0..3) of gate ``g`` in
+the order ``i, ci, f, o``. Unit chunk ``k`` holds the units
+``u0 = bounds[k] .. u1 - 1``, ``uk = u1 - u0`` of them; its columns start at
+``col0 = col_off[k]`` in the packed arrays and workspaces.
+The kernels run on float32 or float64 arrays (the caller casts float16,
+:mod:`nblstm.cpu.target`). The forward's seven outputs are one ``[7, T, B, H]``
+allocation, passed to the kernel as one array; the kernels write every step
+below ``seq_len_max`` and the drivers zero the rest.
+"""
+
+import threading
+
+import numpy as np
+from numba import njit, prange
+
+from .._jit import KERNEL
+from ..options import clip_scalars
+from ..spec import backward_unit, forward_unit
+from . import microkernel, pool, sync
+from .blas import kernel_section
+from .gemm import gemm_rows, gemm_tn
+from .pack import gate_weights, pack_chunks, pack_recurrent
+from .partition import (
+    MIN_PARALLEL_PACK,
+    block_bounds,
+    chunk_bounds,
+    column_offsets,
+    fused_projection,
+    gate_blocks,
+    row_blocks,
+    row_bounds,
+    split,
+)
+
+__all__ = ["backward", "backward_recurrent", "forward", "weight_grads_block"]
+
+
+class _Scratch(threading.local):
+    """Each Python thread's scratch buffers, kept from one call to the next.
+
+    The backward's gate gradients ``[T, B, 4H]`` never leave it. Allocated
+    afresh, they are the largest block freed by a training step, and glibc
+    then returns the top of its heap to the system and faults it in again
+    at the next call (thousands of page faults at ``(50, 32, 256, 256)``).
+    A thread keeps the largest buffer it has needed under each name; it is
+    freed with the thread.
+    """
+
+    def __init__(self):
+        self.buffers = {}
+
+    def get(self, name, shape, dtype):
+        """An uninitialised ``shape`` array of ``dtype``, valid until this thread asks for ``name`` again."""
+        size = int(np.prod(shape))
+        key = (name, np.dtype(dtype))
+        buffer = self.buffers.get(key)
+        if buffer is None or buffer.size < size:
+            buffer = pool.aligned(size, dtype)
+            self.buffers[key] = buffer
+        return buffer[:size].reshape(shape)
+
+
+_scratch = _Scratch()
+
+
+
+@njit(**KERNEL)
+def _input_projection(x2d, w_in, pre, rows, task):
+    """Task ``task = 4 r + g`` of the input projection: ``pre[g][rows_r] = x2d[rows_r] @ w_in[g]``."""
+    g = task % 4
+    gemm_rows(x2d, w_in[g], pre[g], rows, task // 4)
+
+
+@njit(inline="always", **KERNEL)
+def _add_to(dst, src):
+    """``dst += src`` for two 1-D arrays of the same length."""
+    for j in range(dst.shape[0]):
+        dst[j] += src[j]
+
+
+@njit(inline="always", **KERNEL)
+def _input_part(t, k, col_off, x2d, w_x, work, batch):
+    """``x_t @ w_x`` for the columns of chunk ``k`` into its ``work`` (the fused input projection)."""
+    inputs = x2d.shape[1]
+    col0 = col_off[k]
+    width = col_off[k + 1] - col0
+    microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * col0, inputs,
+                             width // microkernel.panel_width_of(w_x), work, batch * col0, width)
+
+
+# Inlined into the time loop: as a call, its ~25 array arguments (each
+# reference-counted) cost about 0.25 us a step, a quarter of a small step.
+@njit(inline="always", **KERNEL)
+def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci,
+                   wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
+    """Step ``t`` of the units of chunk ``k``: the GEMMs of the gates, then the gate maths.
+
+    With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @ w_rec`` on the
+    micro-kernel, one accumulator per element; ``x_ready``: the chunk's
+    ``x_t @ w_x`` is in ``work`` already (:func:`_input_part`). Otherwise
+    ``i_, ci_, f_, o_`` hold the step's input projections on entry (see
+    :func:`forward_kernel`), added to ``h_{t-1} @ w_rec``; the gate maths
+    writes the gates over them.
+    """
+    batch = cs_prev.shape[0]
+    units = cs_prev.shape[1]
+    u0 = bounds[k]
+    u1 = bounds[k + 1]
+    uk = u1 - u0
+    col0 = col_off[k]
+    width = col_off[k + 1] - col0
+    gk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
+    h_src = h_prev if t == 0 else h_[t - 1]
+    panels = width // microkernel.panel_width_of(w_rec)
+    if fused and not x_ready:
+        _input_part(t, k, col_off, x2d, w_x, work, batch)
+    microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * col0, units, panels, work,
+                             batch * col0, width, fused)
+    if not fused:  # add the input projection
+        for b in range(batch):
+            g = gk[b]
+            _add_to(g[blocks[0] * uk:(blocks[0] + 1) * uk], i_[t, b, u0:u1])
+            _add_to(g[blocks[1] * uk:(blocks[1] + 1) * uk], ci_[t, b, u0:u1])
+            _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[t, b, u0:u1])
+            _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[t, b, u0:u1])
+    # Gate g of the chunk's units: columns blocks[g] * uk .. of the chunk's
+    # GEMM result, and blocks[g] * H + u0 .. of the bias. Every array is
+    # sliced to the chunk, so that the unit loop indexes from 0 (no
+    # wraparound checks) and LLVM vectorizes it.
+    bi = bias[blocks[0] * units + u0:blocks[0] * units + u1]
+    bc = bias[blocks[1] * units + u0:blocks[1] * units + u1]
+    bf = bias[blocks[2] * units + u0:blocks[2] * units + u1]
+    bo = bias[blocks[3] * units + u0:blocks[3] * units + u1]
+    pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
+    for b in range(batch):
+        g = gk[b]
+        gi = g[blocks[0] * uk:(blocks[0] + 1) * uk]
+        gc = g[blocks[1] * uk:(blocks[1] + 1) * uk]
+        gf = g[blocks[2] * uk:(blocks[2] + 1) * uk]
+        go = g[blocks[3] * uk:(blocks[3] + 1) * uk]
+        c_src = cs_prev[b, u0:u1] if t == 0 else cs_[t - 1, b, u0:u1]
+        i_r, cs_r, f_r, o_r = i_[t, b, u0:u1], cs_[t, b, u0:u1], f_[t, b, u0:u1], o_[t, b, u0:u1]
+        ci_r, co_r, h_r = ci_[t, b, u0:u1], co_[t, b, u0:u1], h_[t, b, u0:u1]
+        for j in range(uk):
+            i, ci, f, o, cs, co, h = forward_unit(
+                gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
+                c_src[j], pi[j], pf[j], po[j], forget_bias, cell_clip, clip_on, use_peephole, one,
+            )
+            i_r[j] = i
+            ci_r[j] = ci
+            f_r[j] = f
+            o_r[j] = o
+            cs_r[j] = cs
+            co_r[j] = co
+            h_r[j] = h
+
+
+@njit(parallel=True, **KERNEL)
+def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows,
+                   parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, work,
+                   out):
+    """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
+
+    ``fused`` (:func:`~nblstm.cpu.partition.fused_projection`): each step computes its gates as
+    ``x_t @ w_x + h_{t-1} @ w_rec`` on the micro-kernel, with no input
+    projection before the loop, whose ``[S, B, 4H]`` result would go to
+    memory and come back. Otherwise the input projection of all steps comes
+    first, as BLAS GEMMs into ``i_, ci_, f_, o_`` (no ``[T, B, 4H]``
+    workspace), and each step adds it to its recurrent product.
+
+    Parameters
+    ----------
+    x2d : [S * B, I] C-contiguous array
+        The inputs of the ``S = seq_len_max`` steps.
+    w_in : [4, I, H] C-contiguous array
+        Input weights of the gates ``i, ci, f, o`` (empty when ``fused``).
+    w_x : [4H * I] array
+        Packed input weights when ``fused`` (:func:`pack_recurrent` of
+        ``w[:I]``), else empty.
+    fused : bool
+    bias : [4H] array
+        Caller's layout.
+    cs_prev, h_prev : [B, H] C-contiguous arrays
+    w_rec : [4H * H] array
+        Packed recurrent weights (:func:`pack_recurrent`).
+    bounds : [K + 1] int64 array
+        Hidden-unit chunks (:func:`chunk_bounds`).
+    col_off : [K + 1] int64 array
+        Where each chunk's columns start in ``w_rec`` and ``work``
+        (:func:`column_offsets` with ``per_unit = 4``).
+    rows : [R + 1] int64 array
+    parallel_projection : bool
+        Row blocks of the input projection (unless ``fused``) and whether
+        its ``4 * R`` GEMMs run in parallel (:func:`row_blocks`).
+    blocks : [4] int64 array
+        Gate block of ``i, ci, f, o`` (:func:`gate_blocks`).
+    wci, wcf, wco : [H] arrays
+    forget_bias : float
+    cell_clip : float
+        Clip bound of the cell state, read only when ``clip_on``.
+    clip_on, use_peephole : bool
+    work : [B * col_off[K]] array
+        Workspace of the recurrent GEMMs.
+    out : [7, T, B, H] C-contiguous array, T >= S
+        Outputs ``i, cs, f, o, ci, co, h``, written for the first ``S`` steps.
+    """
+    i_, cs_, f_, o_, ci_, co_, h_ = out[0], out[1], out[2], out[3], out[4], out[5], out[6]
+    one = cs_.dtype.type(1.0)
+    fb = cs_.dtype.type(forget_bias)
+    clip = cs_.dtype.type(cell_clip)
+    batch, units = cs_prev.shape
+    steps = x2d.shape[0] // batch
+    total = i_.shape[0] * batch
+    pre = (i_.reshape((total, units)), ci_.reshape((total, units)), f_.reshape((total, units)),
+           o_.reshape((total, units)))
+    # Helpers get int64 indices and bounds, never literals or prange's
+    # unsigned index: each distinct argument type would compile them again.
+    tasks = 0 if fused else 4 * (rows.shape[0] - 1)
+    if parallel_projection and tasks:
+        for k in prange(tasks):
+            _input_projection(x2d, w_in, pre, rows, np.int64(k))
+    else:  # small: no parallel region (each costs a barrier)
+        for k in range(tasks):
+            _input_projection(x2d, w_in, pre, rows, k)
+    num_chunks = bounds.shape[0] - 1
+    if num_chunks == 1:
+        for t in range(steps):
+            _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, False, x2d, w_x, bias, cs_prev, h_prev, w_rec,
+                           blocks, work, wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+        return
+    # Every step in one parallel region (nblstm.cpu.sync): worker w takes chunk
+    # w of each step, then any chunk still unclaimed, and waits for the
+    # whole step before the next. With the fused projection, when it did
+    # its own chunk (whose workspace nobody else then uses), it claims that
+    # chunk of the next step before waiting, and computes its x_{t+1} @ w_x,
+    # which does not need h_t, while the other chunks finish.
+    claims = np.zeros(steps * num_chunks, np.int64)
+    done = np.zeros(steps, np.int64)
+    for worker in prange(num_chunks):
+        w = np.int64(worker)
+        x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
+        for t in range(steps):
+            own_done = False
+            for k in sync.claimed_chunks(claims, done, t, w, num_chunks, x_ready):
+                mine = x_ready and k == w
+                _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work,
+                               wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                own_done = own_done or k == w
+            x_ready = fused and own_done and t + 1 < steps and sync.claim(claims, t + 1, w, num_chunks)
+            if x_ready:
+                _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
+            sync.wait_for(done, t, num_chunks)
+
+
+@njit(inline="always", **KERNEL)  # inlined, as _forward_chunk
+def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks,
+                    dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
+    """Step ``t`` (backwards) of the units of chunk ``k``."""
+    batch, units = cs_prev.shape
+    u0 = bounds[k]
+    u1 = bounds[k + 1]
+    uk = u1 - u0
+    col0 = col_off[k]
+    width = col_off[k + 1] - col0
+    dhk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
+    gates = 4 * units
+    if t + 1 >= dgates.shape[0]:
+        dhk[:] = 0
+    else:  # dh = dgates[t + 1] @ w_rec[u0:u1]^T, on the packed transposes
+        microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * gates, gates, batch, w_rec_t, gates * col0, gates,
+                                 width // microkernel.panel_width_of(w_rec_t), work, batch * col0, width)
+    # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
+    pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
+    gi_, gf_, go_ = wci_grad[u0:u1], wcf_grad[u0:u1], wco_grad[u0:u1]
+    for b in range(batch):
+        dh_r = dhk[b]
+        dg = dgates[t, b]
+        dgi = dg[blocks[0] * units + u0:blocks[0] * units + u1]
+        dgc = dg[blocks[1] * units + u0:blocks[1] * units + u1]
+        dgf = dg[blocks[2] * units + u0:blocks[2] * units + u1]
+        dgo = dg[blocks[3] * units + u0:blocks[3] * units + u1]
+        dc_r = dc[b, u0:u1]
+        c_src = cs_prev[b, u0:u1] if t == 0 else cs_[t - 1, b, u0:u1]
+        i_r, cs_r, f_r, o_r = i_[t, b, u0:u1], cs_[t, b, u0:u1], f_[t, b, u0:u1], o_[t, b, u0:u1]
+        ci_r, co_r = ci_[t, b, u0:u1], co_[t, b, u0:u1]
+        hg_r, cg_r = h_grad[t, b, u0:u1], cs_grad[t, b, u0:u1]
+        for j in range(uk):
+            c_prev = c_src[j]
+            di, dci, df, do, dc_prev = backward_unit(
+                hg_r[j] + dh_r[j], cg_r[j] + dc_r[j], i_r[j], ci_r[j], f_r[j], o_r[j], co_r[j], c_prev,
+                pi[j], pf[j], po[j], use_peephole, one,
+            )
+            dgi[j] = di
+            dgc[j] = dci
+            dgf[j] = df
+            dgo[j] = do
+            dc_r[j] = dc_prev
+        if use_peephole:
+            # A loop of its own: fewer arrays per loop let LLVM vectorize both.
+            for j in range(uk):
+                gi_[j] += dgi[j] * c_src[j]
+                gf_[j] += dgf[j] * c_src[j]
+                go_[j] += dgo[j] * cs_r[j]
+
+
+@njit(parallel=True, **KERNEL)
+def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, col_off, blocks, wci, wcf,
+                    wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
+    """The time loop of the backward pass, steps ``S - 1 .. 0``.
+
+    Parameters
+    ----------
+    cs_prev : [B, H] C-contiguous array
+    i_, cs_, f_, o_, ci_, co_ : [T, B, H] C-contiguous arrays
+        Forward outputs (trusted, not recomputed).
+    cs_grad, h_grad : [T, B, H] C-contiguous arrays
+        Incoming gradients; steps ``>= S`` are not read.
+    w_rec_t : [4H * col_off[K]] array
+        The chunks' ``w_rec[u0:u1].T`` packed in panels
+        (:func:`pack_chunks`); empty when ``S = 1`` (nothing is carried).
+    bounds : [K + 1] int64 array
+    col_off : [K + 1] int64 array
+        :func:`column_offsets` with ``per_unit = 1``.
+    blocks : [4] int64 array
+    wci, wcf, wco : [H] arrays
+    use_peephole : bool
+    work : [B * col_off[K]] array
+        Workspace of ``dgates @ w_h^T``.
+    dgates : [S, B, 4H] array
+        Output: gradients of the gate pre-activations, caller's layout.
+    dc : [B, H] array, zero on entry
+        Carried cell gradient; on exit ``cs_prev_grad``.
+    wci_grad, wcf_grad, wco_grad : [H] arrays, zero on entry
+        Accumulated peephole gradients.
+    """
+    one = dgates.dtype.type(1.0)
+    num_chunks = bounds.shape[0] - 1
+    steps = dgates.shape[0]
+    if num_chunks == 1:
+        for t in range(steps - 1, -1, -1):
+            _backward_chunk(t, num_chunks - 1, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
+                            w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
+                            wcf_grad, wco_grad)
+        return
+    # One parallel region for all steps, as the forward (nblstm.cpu.sync).
+    claims = np.zeros(steps * num_chunks, np.int64)
+    done = np.zeros(steps, np.int64)
+    for worker in prange(num_chunks):
+        w = np.int64(worker)
+        for t in range(steps - 1, -1, -1):
+            for k in sync.claimed_chunks(claims, done, t, w, num_chunks, False):
+                _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
+                                blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
+                                wco_grad)
+            sync.wait_for(done, t, num_chunks)
+
+
+@njit(**KERNEL)
+def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad):
+    """Thread ``k``'s share of the GEMMs after the backward loop.
+
+    Rows ``x_rows[k]..x_rows[k+1]-1`` of ``x_grad2d``, rows
+    ``w_rows[k]..w_rows[k+1]-1`` of ``w_grad`` (each a product over all
+    steps: ``[x_t, h_{t-1}]^T @ dgates``, with ``h_prev`` before step 0) and
+    columns ``col_blocks[k]..col_blocks[k+1]-1`` of ``b_grad``.
+    """
+    batch = h_prev.shape[0]
+    inputs = x2d.shape[1]
+    rows = dg2d.shape[0]
+    gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, k)
+    m0, m1 = w_rows[k], w_rows[k + 1]
+    a0, a1 = min(m0, inputs), min(m1, inputs)  # rows of w[:I]
+    if a1 > a0:
+        gemm_tn(x2d[:, a0:a1], dg2d, w_grad[a0:a1], False)
+    b0, b1 = max(m0, inputs), max(m1, inputs)  # rows of w[I:]
+    if b1 > b0:
+        # Step 0's previous output is h_prev; step t's is h2d[t - 1].
+        gemm_tn(h_prev[:, b0 - inputs:b1 - inputs], dg2d[:batch], w_grad[b0:b1], False)
+        gemm_tn(h2d[:rows - batch, b0 - inputs:b1 - inputs], dg2d[batch:], w_grad[b0:b1], True)
+    n0, n1 = col_blocks[k], col_blocks[k + 1]
+    bk = b_grad[n0:n1]
+    bk[:] = 0
+    for row in range(rows):
+        dr = dg2d[row, n0:n1]
+        for c in range(n1 - n0):
+            bk[c] += dr[c]
+
+
+@njit(parallel=True, **KERNEL)
+def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
+                        h_prev_grad):
+    """The GEMMs after the backward loop, split across threads: ``x_grad`` by rows of
+    ``dg2d``, ``w_grad`` by its own rows, ``b_grad`` by columns (no partial sums).
+
+    Parameters
+    ----------
+    x2d : [S * B, I] C-contiguous array
+        Inputs of the ``S`` steps.
+    h2d : [T * B, H] C-contiguous array
+        Forward output ``h``; row ``r - B`` is the previous output of row ``r``.
+    h_prev : [B, H] C-contiguous array
+    dg2d : [S * B, 4H] array
+        Gate gradients of all steps.
+    w_in_t : [4H, I] F-contiguous array
+        Transposed input weights (``w[:I].T``, a view).
+    w_rec_t : [4H, H] F-contiguous array
+        Transposed recurrent weights (``w[I:].T``, a view).
+    x_rows : [K + 1] int64 array
+        Row blocks over ``0 .. S * B``.
+    w_rows : [K + 1] int64 array
+        Row blocks over ``0 .. I + H``.
+    col_blocks : [K + 1] int64 array
+        Column blocks over ``0 .. 4H``.
+    x_grad2d : [S * B, I] array
+        Output ``dg2d @ w_in_t``.
+    w_grad : [I + H, 4H] array
+        Output ``[x_t, h_{t-1}]^T @ dgates`` summed over steps.
+    b_grad : [4H] array
+        Output: column sums of ``dg2d``.
+    h_prev_grad : [B, H] array
+        Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
+    """
+    num_blocks = x_rows.shape[0] - 1
+    # int64 block indices, never a literal 0 or prange's unsigned index: each
+    # distinct argument type would compile the helper again.
+    if num_blocks == 1:  # no parallel region (each costs a barrier)
+        weight_grads_block(num_blocks - 1, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d,
+                            w_grad, b_grad)
+    else:
+        for k in prange(num_blocks):
+            weight_grads_block(np.int64(k), x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d,
+                                w_grad, b_grad)
+    np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
+
+
+def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
+    """Whole-sequence forward on validated float32/float64 NumPy arrays.
+
+    Parameters
+    ----------
+    x : [T, B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+        Gate columns in ``options.layout``.
+    b : [4H] array
+    wci, wcf, wco : [H] arrays
+    seq_len_max : int
+        ``0 <= seq_len_max <= T``.
+    options : nblstm.options.OpOptions
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past ``seq_len_max``.
+    """
+    steps, batch, inputs = x.shape
+    units = cs_prev.shape[1]
+    dtype = x.dtype
+    # One allocation for the seven outputs: at 4 MiB and more NumPy asks for
+    # transparent huge pages, and glibc raises its trim threshold to the
+    # largest block it has freed, so a training loop neither faults the
+    # outputs' pages in 4 KiB at a time nor returns them to the kernel after
+    # every call. The kernel writes every step below seq_len_max.
+    block = pool.empty((7, steps, batch, units), dtype)
+    block[:, seq_len_max:] = 0
+    if seq_len_max == 0 or batch == 0:
+        return block
+    bounds = chunk_bounds(batch, units)
+    blocks = gate_blocks(options.layout)
+    rows = seq_len_max * batch
+    x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
+    col_off = column_offsets(bounds, 4, dtype)
+    work = pool.aligned(batch * int(col_off[-1]), dtype)
+    c = np.ascontiguousarray
+    fused = fused_projection(batch, inputs, dtype)
+    if fused:
+        w_in = np.empty((4, 0, 0), dtype)
+        projection = (split(rows, 1), False)
+    else:
+        w_in = np.empty((4, inputs, units), dtype)
+        projection = row_blocks(rows, inputs * 4 * units)
+    with kernel_section():
+        if not fused:
+            gate_weights(c(w), blocks, w_in, w_in.size >= MIN_PARALLEL_PACK)
+        w_rec = pack_recurrent(w[inputs:], bounds, col_off)
+        w_x = pack_recurrent(w[:inputs], bounds, col_off) if fused else np.empty(0, dtype)
+        # The options as kernel scalars: here only.
+        forward_kernel(x2d, w_in, w_x, fused, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off, *projection,
+                       blocks, c(wci), c(wcf), c(wco), float(options.forget_bias),
+                       *clip_scalars(options.cell_clip, float, positive=True), bool(options.use_peephole), work, block)
+    return block
+
+
+def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout,
+                       dgates=None):
+    """The time loop of the backward pass: gate gradients and the cell carry.
+
+    Callers run it inside :class:`~nblstm.cpu.blas.kernel_section`.
+
+    Parameters
+    ----------
+    cs_prev : [B, H] array
+    wci, wcf, wco : [H] arrays
+    outputs : sequence of 6 or 7 [T, B, H] arrays
+        Forward outputs ``i, cs, f, o, ci, co[, h]``.
+    cs_grad, h_grad : [T, B, H] arrays
+    seq_len_max : int
+        ``1 <= seq_len_max <= T``.
+    w_rec : [H, 4H] array
+        Recurrent weights (the last H rows of ``w``), caller's layout.
+    use_peephole : bool
+    layout : {"ifco", "icfo"}
+    dgates : [S, B, 4H] C-contiguous array, optional
+        Where to write the gate gradients (a new array by default).
+
+    Returns
+    -------
+    tuple
+        ``(dgates [S, B, 4H] in the caller's layout, cs_prev_grad [B, H],
+        wci_grad [H], wcf_grad [H], wco_grad [H])``.
+    """
+    batch, units = cs_prev.shape
+    dtype = cs_prev.dtype
+    dc = np.zeros((batch, units), dtype)
+    peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
+    bounds = chunk_bounds(batch, units)
+    col_off = column_offsets(bounds, 1, dtype)
+    if dgates is None:
+        dgates = pool.aligned((seq_len_max, batch, 4 * units), dtype)
+    work = pool.aligned(batch * int(col_off[-1]), dtype)
+    c = np.ascontiguousarray
+    carried = seq_len_max > 1  # a step carries dh from the next one, on the micro-kernel
+    w_rec_t = pool.aligned(4 * units * int(col_off[-1]) if carried else 0, dtype)
+    if carried:
+        pack_chunks(c(w_rec), bounds, col_off, w_rec_t, True, w_rec.size >= MIN_PARALLEL_PACK)
+    i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
+    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, col_off,
+                    gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
+    return (dgates, dc, *peephole_grads)
+
+
+def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, options):
+    """Whole-sequence backward on validated float32/float64 NumPy arrays.
+
+    Parameters
+    ----------
+    x : [T, B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+    wci, wcf, wco : [H] arrays
+    outputs : sequence of 7 [T, B, H] arrays
+        Forward outputs ``i, cs, f, o, ci, co, h``.
+    cs_grad, h_grad : [T, B, H] arrays
+    seq_len_max : int
+    options : nblstm.options.OpOptions
+        ``use_peephole`` and ``layout`` are read.
+
+    Returns
+    -------
+    tuple
+        ``(x_grad [T, B, I], cs_prev_grad [B, H], h_prev_grad [B, H],
+        w_grad [I + H, 4H], wci_grad [H], wcf_grad [H], wco_grad [H], b_grad [4H])``.
+    """
+    steps, batch, inputs = x.shape
+    units = cs_prev.shape[1]
+    dtype = x.dtype
+    x_grad = np.empty((steps, batch, inputs), dtype)
+    x_grad[seq_len_max:] = 0  # the GEMMs after the loop write the steps below seq_len_max
+    if seq_len_max == 0 or batch == 0:
+        zeros = [np.zeros(units, dtype) for _ in range(3)]
+        return (x_grad, np.zeros((batch, units), dtype), np.zeros((batch, units), dtype), np.zeros(w.shape, dtype),
+                *zeros, np.zeros(4 * units, dtype))
+    rows = seq_len_max * batch
+    x_rows = row_bounds(rows, (2 * inputs + units) * 4 * units)
+    num_blocks = x_rows.shape[0] - 1
+    w_rows, col_blocks = block_bounds(inputs + units, num_blocks), block_bounds(4 * units, num_blocks)
+    x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
+    w_grad = np.empty(w.shape, dtype)
+    b_grad = np.empty(4 * units, dtype)
+    h_prev_grad = np.empty((batch, units), dtype)
+    c = np.ascontiguousarray
+    w = c(w)  # its row blocks' transposes are F-contiguous views, as the kernel takes them
+    h2d = c(outputs[6]).reshape(steps * batch, units)
+    with kernel_section():
+        dg, dc, wci_grad, wcf_grad, wco_grad = backward_recurrent(
+            cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], options.use_peephole,
+            options.layout,
+            _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype))
+        weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
+                            w[:inputs].T, w[inputs:].T, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
+                            h_prev_grad)
+    return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)

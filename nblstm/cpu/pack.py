@@ -1,0 +1,108 @@
+"""Weights packed in the micro-kernel's panels, chunk by chunk, and the gates' input weights.
+
+The forward's operand: each chunk's ``4 * uk`` columns (its units' four gate
+blocks, in the caller's order) in ``[D, P]`` panels; the backward's: each
+chunk's rows transposed. :mod:`nblstm.cpu.partition` says where each chunk
+starts (:func:`~nblstm.cpu.partition.column_offsets`).
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from .._jit import KERNEL
+from . import microkernel, pool
+from .partition import MIN_PARALLEL_PACK
+
+__all__ = ["gate_weights", "pack_chunks", "pack_recurrent"]
+
+
+def pack_recurrent(w_rec, bounds, col_off):
+    """Weights ``w_rec: [D, 4H]`` as one flat array, chunk by chunk, in the micro-kernel's panels.
+
+    The recurrent weights (``D = H``), and the input weights (``D = I``)
+    when the steps compute their input projections
+    (:func:`~nblstm.cpu.partition.fused_projection`). Chunk ``k`` holds the ``4 * uk`` columns of its
+    units, gate block after gate block in the caller's order, at
+    ``D * col_off[k]`` (:func:`~nblstm.cpu.partition.column_offsets` with ``per_unit = 4``), in
+    ``[D, P]`` panels of ``P`` columns, zero-padded: the step's right
+    operand. Callers run it inside :class:`~nblstm.cpu.blas.kernel_section`.
+    """
+    packed = pool.aligned(w_rec.shape[0] * int(col_off[-1]), w_rec.dtype)
+    pack_chunks(np.ascontiguousarray(w_rec), bounds, col_off, packed, False, w_rec.size >= MIN_PARALLEL_PACK)
+    return packed
+
+
+@njit(**KERNEL)
+def _pack_forward_chunk(w_rec, bounds, col_off, packed, k):
+    """Chunk ``k`` of :func:`pack_recurrent` in panels: column ``j = g * uk + u`` is ``w_rec[:, g * H + u0 + u]``."""
+    depth = w_rec.shape[0]
+    units = w_rec.shape[1] // 4
+    u0 = bounds[k]
+    uk = bounds[k + 1] - u0
+    width = microkernel.panel_width_of(packed)
+    for g in range(4):
+        microkernel.pack_columns(w_rec, g * units + u0, uk, packed, depth * col_off[k], g * uk, width)
+    microkernel.zero_columns(packed, depth * col_off[k], depth, 4 * uk, width)
+
+
+@njit(**KERNEL)
+def _pack_backward_chunk(w_rec, bounds, col_off, packed, k):
+    """Chunk ``k`` of :func:`pack_chunks` transposed: column ``u`` is ``w_rec[u0 + u, :]``."""
+    gates = w_rec.shape[1]
+    u0 = bounds[k]
+    uk = bounds[k + 1] - u0
+    width = microkernel.panel_width_of(packed)
+    microkernel.pack_rows(w_rec, u0, uk, packed, gates * col_off[k], 0, width)
+    microkernel.zero_columns(packed, gates * col_off[k], gates, uk, width)
+
+
+@njit(**KERNEL)
+def _pack_chunk(w_rec, bounds, col_off, packed, k, transposed):
+    if transposed:
+        _pack_backward_chunk(w_rec, bounds, col_off, packed, k)
+    else:
+        _pack_forward_chunk(w_rec, bounds, col_off, packed, k)
+
+
+@njit(parallel=True, **KERNEL)
+def pack_chunks(w_rec, bounds, col_off, packed, transposed, parallel):
+    """Pack every chunk's recurrent weights in the micro-kernel's panels, one task per chunk.
+
+    ``transposed=False``: the forward's operand, chunk ``k``'s ``4 * uk``
+    columns at ``H * col_off[k]`` (:func:`pack_recurrent`).
+    ``transposed=True``: the backward's, ``w_rec[u0:u1].T`` (``[4H, uk]``) at
+    ``4H * col_off[k]`` (:func:`~nblstm.cpu.partition.column_offsets` with ``per_unit = 1``), for
+    ``dh = dgates @ w_rec^T``.
+    """
+    chunks = bounds.shape[0] - 1
+    if parallel:
+        for k in prange(chunks):
+            _pack_chunk(w_rec, bounds, col_off, packed, np.int64(k), transposed)
+    else:
+        for k in range(chunks):
+            _pack_chunk(w_rec, bounds, col_off, packed, np.int64(k), transposed)
+
+
+@njit(parallel=True, **KERNEL)
+def gate_weights(w, blocks, w_in, parallel):
+    """``w_in[g] = w[:I, blocks[g] * H:(blocks[g] + 1) * H]``: ``w_in: [4, I, H]``, the input
+    weights of the gates ``i, ci, f, o`` (row copies, in parallel: NumPy's
+    copy of the transposed view took 3.2 ms at ``I = H = 1024``)."""
+    inputs = w_in.shape[1]
+    if parallel:
+        for task in prange(4 * inputs):
+            _copy_gate_row(w, blocks, w_in, np.int64(task))
+    else:
+        for task in range(4 * inputs):
+            _copy_gate_row(w, blocks, w_in, task)
+
+
+@njit(inline="always", **KERNEL)
+def _copy_gate_row(w, blocks, w_in, task):
+    inputs, units = w_in.shape[1], w_in.shape[2]
+    g = task // inputs
+    r = task - g * inputs
+    src = w[r, blocks[g] * units:(blocks[g] + 1) * units]
+    dst = w_in[g, r]
+    for j in range(units):
+        dst[j] = src[j]

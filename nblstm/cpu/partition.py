@@ -1,0 +1,179 @@
+"""How the CPU kernels split their work: chunks of hidden units, row and column blocks.
+
+Every threshold that decides whether work is split across numba's threads
+is here, with the measurement behind it. The bounds are int64 arrays that
+the kernels take as arguments: splitting is a run-time decision, never a
+compile-time one. Bounds are named as such (``u0, u1`` the first and
+one-past-last unit of a chunk, ``r0, r1`` rows, ``n0, n1`` columns);
+offsets (``col0``) are positions in packed arrays.
+
+The micro-kernel's results do not depend on how the columns are split
+(:mod:`nblstm.cpu.microkernel`), and the row blocks of the forward's input
+projection do not depend on the thread count: the kernels give the same
+bits on any number of threads.
+"""
+
+import functools
+
+import numba
+import numpy as np
+
+from ..spec import GATE_BLOCKS
+from . import microkernel
+
+__all__ = [
+    "MIN_PARALLEL_CELL_STEP_WORK",
+    "MIN_PARALLEL_PACK",
+    "MIN_PARALLEL_STEP_WORK",
+    "block_bounds",
+    "cell_chunk_bounds",
+    "chunk_bounds",
+    "column_offsets",
+    "fused_projection",
+    "gate_blocks",
+    "row_blocks",
+    "row_bounds",
+    "split",
+]
+
+#: Below this many multiply-adds in a step's recurrent GEMM, one thread does
+#: the fused ops' steps: the threads' meeting at every step costs about a microsecond.
+MIN_PARALLEL_STEP_WORK = 32768
+#: The same threshold for the cell's steps (:func:`cell_chunk_bounds`), set
+#: higher: the meeting costs far more when the cores are shared (measured with
+#: a region per step: T=16, B=64, H=24 on 2 busy cores, 1.5 ms forward on one
+#: thread, 6-15 ms split in two chunks).
+MIN_PARALLEL_CELL_STEP_WORK = 1 << 18
+# Fewer hidden units than this per chunk make thin, inefficient GEMMs.
+_MIN_UNITS_PER_CHUNK = 8
+# Largest panel of packed input weights for which a step computes its own
+# input projection (fused_projection).
+_FUSED_PANEL_BYTES = 32 * 1024
+#: Recurrent weights with fewer elements than this are packed on one thread.
+MIN_PARALLEL_PACK = 1 << 16
+# Row blocks of the large GEMMs below this many multiply-adds run on one thread.
+_MIN_PARALLEL_GEMM_WORK = 1 << 18
+# Row blocks of the forward's input projection: as many as the rows allow
+# (at least _ROW_BLOCK rows each), at most _MAX_ROW_BLOCKS, whatever the
+# number of threads: BLAS's result for a row can depend on how many rows its
+# call had, and the forward pass is to give the same bits on any number of
+# threads. Each block is four GEMMs, one per gate, run as separate tasks. Few
+# blocks, because every block's GEMMs pack all of w[:I] again: one or two
+# measured fastest here (8 were 1.05-1.25x slower).
+_ROW_BLOCK = 64
+_MAX_ROW_BLOCKS = 2
+
+
+@functools.lru_cache(maxsize=256)
+def split(count, parts):
+    """``parts + 1`` int64 boundaries splitting ``range(count)`` evenly.
+
+    Cached (every call of a small problem needs several): the array is
+    shared between calls and must not be modified.
+    """
+    parts = max(1, min(parts, count)) if count else 1
+    return np.array([(count * k) // parts for k in range(parts + 1)], np.int64)
+
+
+def chunk_bounds(batch_size, num_units, num_chunks=None):
+    """Split ``num_units`` hidden units into chunks, one per thread (one when a step is small).
+
+    The time loops' GEMMs are the micro-kernel's, whose every result element
+    is the same however the columns are split, so that the forward pass
+    gives the same bits on any number of threads. The fewest and largest
+    GEMMs and gate loops measured fastest (0.95-0.97x the time of 4 chunks
+    at ``B = 32, H = 256, 512`` and of 8 at ``B = 64, H = 1024``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``bounds: [K + 1]`` int64; chunk ``k`` holds units
+        ``bounds[k] .. bounds[k + 1] - 1``.
+    """
+    if num_chunks is None:
+        work = batch_size * num_units * 4 * num_units
+        if work < MIN_PARALLEL_STEP_WORK:
+            num_chunks = 1
+        else:
+            num_chunks = min(numba.get_num_threads(), max(1, num_units // _MIN_UNITS_PER_CHUNK))
+    return split(num_units, num_chunks)
+
+
+def block_bounds(count, num_blocks):
+    """``[num_blocks + 1]`` int64: ``range(count)`` split evenly, with empty blocks when ``count < num_blocks``."""
+    bounds = split(count, num_blocks)
+    if bounds.shape[0] == num_blocks + 1:
+        return bounds
+    return np.concatenate([bounds, np.full(num_blocks + 1 - bounds.shape[0], bounds[-1], np.int64)])
+
+
+def row_bounds(rows, work_per_row):
+    """Split ``rows`` of a large GEMM across threads (one block when the work is small)."""
+    if rows * work_per_row < _MIN_PARALLEL_GEMM_WORK:
+        return split(rows, 1)
+    return split(rows, numba.get_num_threads())
+
+
+def row_blocks(rows, work_per_row):
+    """Split ``rows`` of the input projection into blocks that do not depend on the thread count.
+
+    Returns
+    -------
+    tuple
+        ``(bounds: [R + 1] int64, parallel: bool)``: whether the ``4 * R``
+        GEMMs (gates by blocks) are worth a parallel region.
+    """
+    if rows * work_per_row < _MIN_PARALLEL_GEMM_WORK:
+        return split(rows, 1), False
+    return split(rows, min(_MAX_ROW_BLOCKS, max(1, rows // _ROW_BLOCK))), True
+
+
+@functools.cache
+def gate_blocks(layout):
+    """``[4]`` int64: the block (0..3) of the gates ``i, ci, f, o`` in ``layout`` (shared: not to be modified)."""
+    return np.array(GATE_BLOCKS[layout], np.int64)
+
+
+def column_offsets(bounds, per_unit, dtype):
+    """``[K + 1]`` int64: where each chunk's columns start in the packed weights and workspaces.
+
+    Chunk ``k`` has ``per_unit * uk`` columns (``uk`` its units) (4 gates in
+    forward, 1 unit in backward), padded to a multiple of the micro-kernel's panel width
+    (:mod:`nblstm.cpu.microkernel`). Cached, as :func:`split`: the array is
+    shared between calls and must not be modified.
+    """
+    return _column_offsets(np.asarray(bounds, np.int64).tobytes(), per_unit, np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _column_offsets(bounds_bytes, per_unit, dtype):
+    bounds = np.frombuffer(bounds_bytes, np.int64).tolist()
+    offsets = [0]
+    for u0, u1 in zip(bounds[:-1], bounds[1:]):
+        offsets.append(offsets[-1] + microkernel.padded(per_unit * (u1 - u0), dtype))
+    return np.array(offsets, np.int64)
+
+
+def fused_projection(batch_size, inputs, dtype):
+    """Whether the forward computes each step's input projection inside the step (:func:`nblstm.cpu.fused.forward_kernel`).
+
+    With ``B > 1``, when a panel of the packed input weights (``I x P``)
+    fits in 32 KiB of L1: ``I <= 256`` in float32 and float64. Measured
+    against the projection as BLAS GEMMs before the loop: 0.97x the time at
+    ``(50, 32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``, but about
+    1.07x at ``I = H = 512`` and 1.17x at ``I = H = 1024``, where the
+    micro-kernel streams longer panels from L2 and packing ``w[:I]`` at
+    every call costs more.
+    """
+    return batch_size > 1 and inputs * microkernel.panel_width(dtype) * np.dtype(dtype).itemsize <= _FUSED_PANEL_BYTES
+
+
+def cell_chunk_bounds(batch_size, width, num_chunks=None):
+    """:func:`chunk_bounds` for the cell's steps: ``width`` hidden units (or projected columns).
+
+    With the cell's own threshold for splitting a step at all
+    (:data:`MIN_PARALLEL_CELL_STEP_WORK`).
+    """
+    if num_chunks is None and batch_size * width * 4 * width < MIN_PARALLEL_CELL_STEP_WORK:
+        num_chunks = 1
+    return chunk_bounds(batch_size, width, num_chunks)

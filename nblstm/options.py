@@ -1,0 +1,82 @@
+"""The options of a call as small frozen records, validated once at the public boundary.
+
+The public functions take their options as keyword arguments with
+TensorFlow's names and conventions; :mod:`nblstm.ops` and the cell validate
+them and pass one record to the target, which unpacks it into kernel
+scalars in one place (:func:`clip_scalars`). Records are named tuples: they
+are immutable, and cheap to build on every call.
+
+One clip convention everywhere below the public boundary: a bound is
+``None`` (no clipping) or a float ``>= 0`` (clip to ``[-bound, bound]``;
+``0`` clips to zero). The fused ops' own convention, "``cell_clip <= 0``
+turns clipping off" (TensorFlow's), is converted to it at the boundary by
+:func:`op_cell_clip`. Kernels take the pair ``(bound, on)``.
+"""
+
+from typing import NamedTuple
+
+__all__ = ["CellOptions", "OpOptions", "clip_scalars", "op_cell_clip"]
+
+
+class OpOptions(NamedTuple):
+    """Options of the fused ops (BlockLSTM, LSTMBlockCell and their gradients).
+
+    Attributes
+    ----------
+    forget_bias : float
+        Added to the forget gate's pre-activation.
+    cell_clip : float or None
+        Clip bound of the cell state, ``> 0``; ``None`` for none.
+    use_peephole : bool
+    layout : {"ifco", "icfo"}
+        Gate order of the ``4H`` columns of ``w`` and ``b``.
+    """
+
+    forget_bias: float = 0.0
+    cell_clip: float | None = None
+    use_peephole: bool = False
+    layout: str = "ifco"
+
+
+class CellOptions(NamedTuple):
+    """Options of TF1 ``LSTMCell``'s maths, as the cell's kernels need them.
+
+    Attributes
+    ----------
+    forget_bias : float
+    cell_clip : float or None
+        Clip bound of the cell state, ``>= 0`` (``0`` clips to zero); ``None`` for none.
+    proj_clip : float or None
+        Clip bound of the projected output (``None`` without a projection).
+    activation : int
+        Activation code (:data:`nblstm.spec.ACTIVATIONS`).
+    """
+
+    forget_bias: float = 1.0
+    cell_clip: float | None = None
+    proj_clip: float | None = None
+    activation: int = 0
+
+
+def op_cell_clip(cell_clip):
+    """The fused ops' ``cell_clip`` (``None`` or ``<= 0``: none) in the one clip convention."""
+    return None if cell_clip is None or cell_clip <= 0 else float(cell_clip)
+
+
+def clip_scalars(bound, scalar=float, positive=False):
+    """The kernel arguments ``(bound, on)`` of a clip bound.
+
+    Parameters
+    ----------
+    bound : float or None
+    scalar : callable, default float
+        Converts the bound to the kernels' scalar type (``numpy.float32`` ...).
+    positive : bool, default False
+        The fused ops' rule: clipping is on only if the bound, in the
+        kernels' type, is ``> 0`` (a bound that rounds to 0 in float32 turns
+        clipping off, as TensorFlow's float attribute does).
+    """
+    if bound is None:
+        return scalar(0.0), False
+    value = scalar(bound)
+    return value, bool(value > 0) if positive else True
