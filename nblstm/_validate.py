@@ -24,6 +24,7 @@ __all__ = [
     "check_real",
     "check_seq_len_max",
     "check_shape",
+    "compute_dtype",
     "describe_array",
     "to_device",
     "to_host",
@@ -32,6 +33,12 @@ __all__ = [
 #: dtypes the kernels accept (float16 is computed in float32 on the CPU).
 SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 LAYOUTS = ("ifco", "icfo")
+
+
+def compute_dtype(dtype):
+    """The dtype the kernels of every target compute ``dtype`` in: float16 in float32 (stored as float16)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
 class ArrayInfo:

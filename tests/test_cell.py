@@ -748,7 +748,8 @@ def test_to_block_lstm_matches_cell():
 @pytest.mark.parametrize("num_proj", [None, 4])
 def test_parallel_chunks_match_one_chunk(num_proj):
     """The multi-chunk (prange) paths agree with the one-chunk path, uneven chunks included."""
-    from nblstm import cpu_cell
+    from nblstm.cpu import cell as cpu_cell
+    from nblstm.options import CellOptions
 
     rng = np.random.default_rng(16)
     cell = make_cell(rng, num_units=5, num_proj=num_proj, use_peepholes=True, cell_clip=0.7, proj_clip=0.3)
@@ -762,14 +763,15 @@ def test_parallel_chunks_match_one_chunk(num_proj):
     results = []
     threads = numba.get_num_threads()
     # (chunks, threads): more chunks than threads, and 4 chunks on one thread: the workers of
-    # the time loops claim chunks (nblstm._sync), so one thread does them all.
+    # the time loops claim chunks (nblstm.cpu.sync), so one thread does them all.
     try:
         for chunks, n in ((1, threads), (2, threads), (3, threads), (4, 1)):
             numba.set_num_threads(n)
             packed = cpu_cell.PackedWeights(weights, I, B, num_chunks=chunks)
             assert len(packed.bounds) == chunks + 1
-            saved = cpu_cell.sequence_forward(x, c0, m0, packed, lengths, 1.0, 0.7, 0.3 if num_proj else None, 0)
-            grads = cpu_cell.sequence_backward(saved, packed, d_out, d_c, d_m, 0.7, 0.3 if num_proj else None, 0)
+            saved = cpu_cell.sequence_forward(x, c0, m0, packed, lengths,
+                                              CellOptions(1.0, 0.7, 0.3 if num_proj else None, 0))
+            grads = cpu_cell.sequence_backward(saved, packed, d_out, d_c, d_m)
             results.append((cpu_cell.masked_outputs(saved), *cpu_cell.final_state(saved), *grads[:3], grads[3]))
     finally:
         numba.set_num_threads(threads)

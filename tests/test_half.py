@@ -1,9 +1,9 @@
-"""float16 <-> float32 conversions (nblstm._half) give NumPy's results bit for bit."""
+"""float16 <-> float32 conversions (nblstm.cpu.half) give NumPy's results bit for bit."""
 
 import numpy as np
 import pytest
 
-from nblstm import _half
+from nblstm.cpu import half as _half
 
 
 def test_every_float16_converts_exactly_to_float32():

@@ -8,7 +8,7 @@ the time loop (``[4H, H]``, padded to the micro-kernel's panels). The gate
 gradients are kept per Python thread from one backward call to the next, so
 a second call of the same shape allocates less than the bound; the test
 measures a call that allocates them. Beyond that only the time loops' step
-counters scale with ``T`` (``nblstm._sync``: ``K + 1`` int64 per step for
+counters scale with ``T`` (``nblstm.cpu.sync``: ``K + 1`` int64 per step for
 ``K`` chunks, one per thread). Numba's own allocations go through Python's
 raw allocator, so ``tracemalloc`` sees them too.
 """
@@ -20,17 +20,18 @@ import numpy as np
 import pytest
 
 import nblstm
-from nblstm import _microkernel as mk
-from nblstm import _pool, cpu
+from nblstm.cpu import fused
+from nblstm.cpu import microkernel as mk
+from nblstm.cpu import pool as _pool
 from tests.helpers import make_problem
 
 # Index arrays, named tuples, small vectors, and the padding of the 64-byte
-# aligned arrays (nblstm._pool.aligned: outputs, packed weights, workspaces).
+# aligned arrays (nblstm.cpu.pool.aligned: outputs, packed weights, workspaces).
 SLACK = 16 * 1024 + 8 * _pool.ALIGNMENT
 
 
 def _step_counters(steps):
-    """Bytes of the time loop's claim and done counters (nblstm._sync)."""
+    """Bytes of the time loop's claim and done counters (nblstm.cpu.sync)."""
     return steps * (numba.get_num_threads() + 1) * 8
 
 
@@ -67,7 +68,7 @@ def test_backward_peak_is_gradients_plus_one_gate_buffer(shape, dtype):
     cs_grad, h_grad = (rng.standard_normal((steps, batch, units)).astype(dtype) for _ in range(2))
     args = (a["x"], a["cs_prev"], a["h_prev"], a["w"], out, cs_grad, h_grad)
     nblstm.block_lstm_grad(*args)
-    cpu._scratch.buffers.clear()  # measure a call that allocates its scratch too
+    fused._scratch.buffers.clear()  # measure a call that allocates its scratch too
     peak, grads = _peak(lambda: nblstm.block_lstm_grad(*args))
     gradients = sum(g.nbytes for g in grads)
     itemsize = np.dtype(dtype).itemsize

@@ -1,4 +1,4 @@
-"""The register-tiled micro-kernel of the recurrent step (``nblstm._microkernel``), against NumPy in float64.
+"""The register-tiled micro-kernel of the recurrent step (``nblstm.cpu.microkernel``), against NumPy in float64.
 
 The fused ops' tests cover it through the kernels; these check the GEMM
 itself on every kind of edge: row tails (``rows`` not a multiple of the
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from nblstm import _microkernel as mk
+from nblstm.cpu import microkernel as mk
 
 SHAPES = [(1, 1, 1), (2, 3, 5), (3, 17, 40), (8, 16, 32), (9, 33, 33), (13, 7, 94), (32, 64, 100)]
 

@@ -145,10 +145,10 @@ def test_incoming_gradients_past_seq_len_max_are_ignored():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [1, 3, 9])
 def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch):
-    # With B > 1 and a short input (cpu.fused_projection) each step computes
+    # With B > 1 and a short input (nblstm.cpu.partition.fused_projection) each step computes
     # its own input projection; otherwise it comes before the time loop.
     # Force each way on the same problem: both match the reference.
-    from nblstm import cpu
+    from nblstm.cpu import fused, partition
 
     rng = np.random.default_rng(6)
     p = make_problem(rng, 5, batch, 7, 6, dtype)
@@ -157,8 +157,8 @@ def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch)
                               0.8, True, "icfo")
     seen = []
     for limit in (0, 1 << 30):
-        monkeypatch.setattr(cpu, "_FUSED_PANEL_BYTES", limit)
-        seen.append(cpu.fused_projection(batch, 7, dtype))
+        monkeypatch.setattr(partition, "_FUSED_PANEL_BYTES", limit)
+        seen.append(partition.fused_projection(batch, 7, dtype))
         out = nblstm.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], p["wci"], p["wcf"], p["wco"],
                                 **options)
         for name in out._fields:
@@ -191,7 +191,7 @@ def test_outputs_past_seq_len_max_are_zero_in_recycled_memory():
 def test_backward_scratch_left_dirty_by_other_calls_changes_nothing():
     # The backward keeps its gate-gradient and partial buffers per thread
     # between calls: fill them with NaN, and with a larger shape's leftovers.
-    from nblstm import cpu
+    from nblstm.cpu import fused, partition
 
     rng = np.random.default_rng(5)
     p = make_problem(rng, 6, 3, 5, 7)
@@ -199,8 +199,8 @@ def test_backward_scratch_left_dirty_by_other_calls_changes_nothing():
     h_grad = rng.standard_normal(out.h.shape)
     args = (p["x"], p["cs_prev"], p["h_prev"], p["w"], out, None, h_grad)
     first = nblstm.block_lstm_grad(*args)
-    assert cpu._scratch.buffers, "the backward keeps its scratch"
-    for buffer in cpu._scratch.buffers.values():
+    assert fused._scratch.buffers, "the backward keeps its scratch"
+    for buffer in fused._scratch.buffers.values():
         buffer[...] = np.nan
     again = nblstm.block_lstm_grad(*args)
     big = make_problem(rng, 9, 4, 6, 11)

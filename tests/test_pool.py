@@ -1,4 +1,4 @@
-"""The pool of large output blocks (``nblstm._pool``): memory is reused only once no array or view uses it."""
+"""The pool of large output blocks (``nblstm.cpu.pool``): memory is reused only once no array or view uses it."""
 
 import gc
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nblstm
-from nblstm import _pool
+from nblstm.cpu import pool as _pool
 
 
 @pytest.fixture
@@ -104,13 +104,14 @@ def test_aligned_arrays(shape, dtype):
 
 def test_panels_and_outputs_are_aligned():
     """The micro-kernel's packed weights, and the arrays the gate maths runs over."""
-    from nblstm import cpu, cpu_cell
+    from nblstm.cpu import cell as cpu_cell
+    from nblstm.cpu import pack, partition
 
     rng = np.random.default_rng(0)
     for units in (3, 5, 17):
         w = rng.standard_normal((units, 4 * units)).astype(np.float32)
-        bounds = cpu.chunk_bounds(1, units, 2)
-        packed = cpu.pack_recurrent(w, bounds, cpu.column_offsets(bounds, 4, np.float32))
+        bounds = partition.chunk_bounds(1, units, 2)
+        packed = pack.pack_recurrent(w, bounds, partition.column_offsets(bounds, 4, np.float32))
         assert _address(packed) % _pool.ALIGNMENT == 0
         weights = {"kernel": rng.standard_normal((2 + units, 4 * units)).astype(np.float32),
                    "bias": np.zeros(4 * units, np.float32)}
@@ -125,11 +126,11 @@ def test_panels_and_outputs_are_aligned():
 
 
 def test_column_offsets_of_any_integer_bounds():
-    from nblstm import cpu
+    from nblstm.cpu import microkernel, partition
 
-    expected = cpu.column_offsets(np.array([0, 5, 12, 16], np.int64), 4, np.float32)
+    expected = partition.column_offsets(np.array([0, 5, 12, 16], np.int64), 4, np.float32)
     for dtype in (np.int32, np.uint16, np.int64):
-        got = cpu.column_offsets(np.array([0, 5, 12, 16], dtype), 4, np.float32)
+        got = partition.column_offsets(np.array([0, 5, 12, 16], dtype), 4, np.float32)
         np.testing.assert_array_equal(got, expected)
-    padded = [nblstm._microkernel.padded(4 * n, np.float32) for n in (5, 7, 4)]  # 4 gates of 5, 7, 4 units
+    padded = [microkernel.padded(4 * n, np.float32) for n in (5, 7, 4)]  # 4 gates of 5, 7, 4 units
     assert expected.tolist() == [0, padded[0], padded[0] + padded[1], sum(padded)]

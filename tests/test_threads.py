@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 import nblstm
-from nblstm import _blas, _sync, cpu
+from nblstm.cpu import blas as _blas
+from nblstm.cpu import fused, partition
+from nblstm.cpu import sync as _sync
 from tests.test_properties import make_arrays
 
 # (T, B, I, H): one chunk; hidden units split across threads (B * H * 4H >= 32768); the input
@@ -218,14 +220,14 @@ def test_results_do_not_depend_on_the_thread_count_below_the_row_split(kind, sha
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 2, 256, 128), (7, 5, 64, 33), (40, 9, 32, 48)], ids=str)
 def test_forward_does_not_depend_on_the_thread_count(shape, dtype, restore_num_threads):
-    """The forward's input projection is split into blocks that do not depend on the thread count (cpu.row_blocks)."""
+    """The forward's input projection is split into blocks that do not depend on the thread count (nblstm.cpu.partition.row_blocks)."""
     results = _by_thread_count(("sequence", shape, dtype, 11))
     assert_identical(results[2][:7], results[1][:7], "forward: 1 vs 2 numba threads")
 
 
 @needs_two_threads
 @pytest.mark.xfail(strict=False, reason=(
-    "not guaranteed: from T*B*I*4H >= 2**18 multiply-adds (cpu._MIN_PARALLEL_GEMM_WORK) x_grad and w_grad are "
+    "not guaranteed: from T*B*I*4H >= 2**18 multiply-adds (nblstm.cpu.partition) x_grad and w_grad are "
     "split into one block per numba thread (x_grad by rows of the gate gradients, w_grad by its own rows); "
     "OpenBLAS's sum over K for an element can depend on the block's size (M = 1 goes through GEMV, small M*N*K "
     "through its small-matrix kernels), so results may differ in the last bits between thread counts"))
@@ -237,13 +239,13 @@ def test_backward_across_thread_counts_above_the_row_split(dtype, restore_num_th
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_more_chunks_than_threads(threads, monkeypatch, restore_num_threads):
-    """The time loops' workers claim the chunks of each step (nblstm._sync): with 5 chunks on fewer
+    """The time loops' workers claim the chunks of each step (nblstm.cpu.sync): with 5 chunks on fewer
     threads, a thread takes over the chunks of workers that are not running, and no result changes."""
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("needs 2 numba threads")
     job = ("sequence", CHUNKED, np.float32, 5)
     expected = run_job(job)
-    monkeypatch.setattr(cpu, "chunk_bounds", lambda batch, units, num_chunks=None: cpu._split(units, 5))
+    monkeypatch.setattr(fused, "chunk_bounds", lambda batch, units, num_chunks=None: partition.split(units, 5))
     numba.set_num_threads(threads)
     got = run_job(job)
     assert_identical(got, expected, f"5 chunks on {threads} thread(s)")
@@ -251,7 +253,7 @@ def test_more_chunks_than_threads(threads, monkeypatch, restore_num_threads):
 
 @numba.njit
 def _claim_round(claims, done, stage, worker, num_chunks, held):
-    """Run :func:`nblstm._sync.claimed_chunks` on one thread: the chunks it yields, and ``done`` seen in each."""
+    """Run :func:`nblstm.cpu.sync.claimed_chunks` on one thread: the chunks it yields, and ``done`` seen in each."""
     order = np.full(num_chunks, -1, np.int64)
     done_before = np.full(num_chunks, -1, np.int64)
     n = 0

@@ -84,8 +84,8 @@ def _compare_case(cuda, ncuda, shape, dtype, options, persistent, rng):
     fkw = dict(seq_len_max=seq_len_max, forget_bias=forget_bias, cell_clip=cell_clip, use_peephole=use_peephole,
                layout=layout)
     bkw = dict(seq_len_max=seq_len_max, use_peephole=use_peephole, layout=layout)
-    saved = ncuda.PERSISTENT
-    ncuda.PERSISTENT = persistent
+    saved = ncuda.config.PERSISTENT
+    ncuda.config.PERSISTENT = persistent
     rows = []
     try:
         cpu_out = nblstm.block_lstm(*(a[k] for k in core), a["b"], *(a[k] for k in peep), **fkw)
@@ -116,7 +116,7 @@ def _compare_case(cuda, ncuda, shape, dtype, options, persistent, rng):
         for name, c, g in zip(cpu_cg._fields, cpu_cg, gpu_cg, strict=True):
             rows.append((f"lstm_block_cell_grad.{name}", *_errors(g.copy_to_host(), c)))
     finally:
-        ncuda.PERSISTENT = saved
+        ncuda.config.PERSISTENT = saved
     return rows
 
 
@@ -280,12 +280,12 @@ def _nblstm_times(cuda, ncuda, d, persistent, reps):
         outs = nblstm.block_lstm(*core, d["b"])
         return nblstm.block_lstm_grad(*core, outs, h_grad=d["h_grad"])
 
-    saved = ncuda.PERSISTENT
-    ncuda.PERSISTENT = persistent
+    saved = ncuda.config.PERSISTENT
+    ncuda.config.PERSISTENT = persistent
     try:
         return _median_ms(cuda, fwd, reps), _median_ms(cuda, fwd_bwd, reps)
     finally:
-        ncuda.PERSISTENT = saved
+        ncuda.config.PERSISTENT = saved
 
 
 def _torch_lstm_times(shape, reps):
@@ -382,7 +382,7 @@ def run_bench(out=sys.stdout, steps=25, units_list=(512, 1024), batches=(1, 16, 
             flops = 2.0 * steps * batch * (2 * units) * 4 * units
             torch_times = _torch_lstm_times(shape, reps)
             loops = [("per-step", False)]
-            if batch <= ncuda.PERSISTENT_MAX_BATCH:
+            if batch <= ncuda.config.PERSISTENT_MAX_BATCH:
                 loops.append(("persistent", True))
             for label, persistent in loops:
                 t_f, t_fb = _nblstm_times(cuda, ncuda, d, persistent, reps)
@@ -405,10 +405,10 @@ def _print_host_counts(cuda, ncuda, rng, steps, out):
     d = {k: cuda.to_device(v) for k, v in _inputs(rng, (steps, 4, 64, 64), np.float32).items()}
     core = (d["x"], d["cs_prev"], d["h_prev"], d["w"])
     print(f"host work per call (T={steps}): kernel launches / device allocations", file=out)
-    saved = ncuda.PERSISTENT
+    saved = ncuda.config.PERSISTENT
     try:
         for label, persistent in (("per-step", False), ("persistent", True)):
-            ncuda.PERSISTENT = persistent
+            ncuda.config.PERSISTENT = persistent
             outs = nblstm.block_lstm(*core, d["b"])
             ops = {
                 "block_lstm": lambda: nblstm.block_lstm(*core, d["b"]),
@@ -420,5 +420,5 @@ def _print_host_counts(cuda, ncuda, rng, steps, out):
                 launches, allocations = _host_counts(fn)
                 print(f"  {name:16} {label:10} {launches:4d} launches {allocations:3d} allocations", file=out)
     finally:
-        ncuda.PERSISTENT = saved
+        ncuda.config.PERSISTENT = saved
     cuda.synchronize()

@@ -10,16 +10,12 @@ caller's dtype.
 import numpy as np
 
 from .._dispatch import CellBackward, CellForward
+from .._validate import compute_dtype
 from . import cell, fused, half
 from .blas import kernel_section
 from .partition import cell_chunk_bounds
 
-__all__ = ["CpuTarget", "compute_dtype", "to_compute", "to_storage"]
-
-
-def compute_dtype(dtype):
-    """The dtype the kernels compute ``dtype`` in: float16 in float32, the others in themselves."""
-    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+__all__ = ["CpuTarget", "to_compute", "to_storage"]
 
 
 def to_compute(a, dtype):

@@ -12,8 +12,8 @@ import pytest
 from numba import cuda
 
 import nblstm
-from nblstm import cell as cell_module
-from nblstm import cuda_cell
+from nblstm import _validate, cell as cell_module
+from nblstm.cuda import cell as cuda_cell
 
 # (rtol, atol) of the GPU against the CPU path, same inputs and compute dtype.
 TOL = {np.float64: (1e-10, 1e-12), np.float32: (1e-5, 1e-5), np.float16: (2e-3, 2e-3)}
@@ -99,7 +99,7 @@ def no_host_copies(monkeypatch):
     def refuse(value):
         raise AssertionError("a GPU argument was copied to the host")
 
-    monkeypatch.setattr(cell_module._Device, "to_host", staticmethod(refuse))
+    monkeypatch.setattr(_validate, "to_host", refuse)
 
 
 # (cell arguments, dtype, (T, B, I), lengths). Clip bounds small enough to clip
@@ -127,10 +127,10 @@ def test_sequence_matches_cpu(case, no_host_copies):
 
 def test_capped_grids_stride_over_their_work(monkeypatch, no_host_copies):
     """The cell's GEMMs and 1-D kernels with their grids capped (as past gridDim.y's limit on a GPU)."""
-    from nblstm import cuda as ncuda
+    from nblstm.cuda import launch
 
-    monkeypatch.setattr(ncuda, "_MAX_GRID_Y", 1)
-    monkeypatch.setattr(ncuda, "_LINEAR_MAX_BLOCKS", 1)
+    monkeypatch.setattr(launch, "MAX_GRID_Y", 1)
+    monkeypatch.setattr(launch, "LINEAR_MAX_BLOCKS", 1)
     kwargs, dtype, (steps, batch, inputs), lengths = CASES["proj_peepholes_clips"]
     rng = np.random.default_rng(7)
     cell = nblstm.LSTMCell(dtype=dtype, seed=3, **kwargs)
@@ -140,7 +140,7 @@ def test_capped_grids_stride_over_their_work(monkeypatch, no_host_copies):
 
 def test_clips_are_active_in_the_clip_case():
     """The clip bounds of the clip case clip some values (so the zero-gradient branches are compared)."""
-    from nblstm import cpu_cell
+    from nblstm.cpu import cell as cpu_cell
 
     case = "proj_peepholes_clips"
     kwargs, dtype, (steps, batch, inputs), lengths = CASES[case]
@@ -150,13 +150,12 @@ def test_clips_are_active_in_the_clip_case():
     x = rng.standard_normal((steps, batch, inputs)).astype(dtype)
     state = random_state(cell, rng, batch, dtype)
     packed = cpu_cell.PackedWeights(cell.get_weights(), inputs, batch)
-    saved = cpu_cell.sequence_forward(x, state.c, state.h, packed, np.array(lengths), cell.forget_bias,
-                                      cell.cell_clip, cell.proj_clip, 0)
+    saved = cpu_cell.sequence_forward(x, state.c, state.h, packed, np.array(lengths), cell._options())
     active = np.arange(steps)[:, None] < np.array(lengths)[None, :]
     assert (np.abs(saved["c_raw"][active]) > cell.cell_clip).any()
     assert (np.abs(saved["c_raw"][active]) < cell.cell_clip).any()
-    assert (np.abs(saved["m_raw"][active]) > cell.proj_clip).any()
-    assert (np.abs(saved["m_raw"][active]) < cell.proj_clip).any()
+    assert (np.abs(saved["h_raw"][active]) > cell.proj_clip).any()
+    assert (np.abs(saved["h_raw"][active]) < cell.proj_clip).any()
 
 
 def test_every_activation_matches_cpu(no_host_copies):
@@ -244,21 +243,21 @@ def test_weights_are_uploaded_once(monkeypatch):
     out1 = host(cell.run(d_x)[0])
     (packed,) = weight_uploads()
     assert set(cell.get_weights()["kernel"].ravel()) <= set(packed.ravel())
-    ((key, cached),) = cell._device_weights.items()
+    ((key, cached),) = cell._target_cache.items()
     assert isinstance(cached, cuda_cell.DeviceWeights)
     (_, _), backward = cell.vjp(d_x)
     backward(d_grad)
     out2 = host(cell(d_x[0], d_state)[0])
     assert weight_uploads() == []
-    assert list(cell._device_weights) == [key] and cell._device_weights[key] is cached
+    assert list(cell._target_cache) == [key] and cell._target_cache[key] is cached
     np.testing.assert_array_equal(out2, host(cell.run(d_x[:1])[0])[0])
     # New weights: the cache is dropped, the next call uploads them once.
     new = {k: a * 0.5 for k, a in cell.get_weights().items()}
     cell.set_weights(new)
-    assert cell._device_weights == {}
+    assert cell._target_cache == {}
     out3 = host(cell.run(d_x)[0])
     assert len(weight_uploads()) == 1
-    assert cell._device_weights[key] is not cached
+    assert cell._target_cache[key] is not cached
     np.testing.assert_allclose(out3, cell.run(x)[0], rtol=1e-5, atol=1e-5)
     assert not np.allclose(out3, out1)
     host(cell.run(d_x)[0])
@@ -289,7 +288,7 @@ def test_mixed_arguments_raise_before_any_kernel():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gpu_check_compares_the_cell_with_every_option(dtype):
     """``python -m nblstm check --target cuda`` compares the cell too (here on a tiny shape)."""
-    from nblstm import _gpu_check
+    from nblstm._tools import gpu_check as _gpu_check
 
     rows = _gpu_check._cell_rows(cuda, dtype, np.random.default_rng(0), shape=(3, 5, 2, 3), num_proj=2)
     names = {name for name, _, _ in rows}

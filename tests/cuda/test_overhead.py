@@ -99,7 +99,7 @@ def measure(monkeypatch, fn, repeats=3):
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["per_step", "persistent"])
 def test_forward_launches_and_allocations(monkeypatch, persistent):
-    monkeypatch.setattr(ncuda, "PERSISTENT", persistent)
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", persistent)
     d = device_inputs()
     counts = measure(monkeypatch, lambda: nblstm.block_lstm(d["x"], d["cs_prev"], d["h_prev"], d["w"], d["b"]))
     print("forward", "persistent" if persistent else "per-step", counts)
@@ -110,7 +110,7 @@ def test_forward_launches_and_allocations(monkeypatch, persistent):
 
 
 def test_forward_with_peepholes_and_shorter_sequence(monkeypatch):
-    monkeypatch.setattr(ncuda, "PERSISTENT", False)
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", False)
     d = device_inputs(peepholes=True)
     s = T - 1
     counts = measure(monkeypatch, lambda: nblstm.block_lstm(*d.values(), use_peephole=True, seq_len_max=s))
@@ -121,7 +121,7 @@ def test_forward_with_peepholes_and_shorter_sequence(monkeypatch):
 
 
 def test_float16_forward(monkeypatch):
-    monkeypatch.setattr(ncuda, "PERSISTENT", False)
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", False)
     d = device_inputs(np.float16)
     counts = measure(monkeypatch, lambda: nblstm.block_lstm(d["x"], d["cs_prev"], d["h_prev"], d["w"], d["b"]))
     print("forward float16", counts)
@@ -132,7 +132,7 @@ def test_float16_forward(monkeypatch):
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["per_step", "persistent"])
 def test_backward_launches_and_allocations(monkeypatch, persistent):
-    monkeypatch.setattr(ncuda, "PERSISTENT", persistent)
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", persistent)
     d = device_inputs()
     core = (d["x"], d["cs_prev"], d["h_prev"], d["w"])
     outs = nblstm.block_lstm(*core, d["b"])

@@ -1,6 +1,6 @@
 """Compile-only checks of the CUDA target: no GPU, no driver, no simulator.
 
-Every kernel of :mod:`nblstm.cuda` and :mod:`nblstm.cuda_cell` is compiled to PTX with
+Every kernel of :mod:`nblstm.cuda` (:mod:`nblstm.cuda.registry`) is compiled to PTX with
 ``numba.cuda.compile_ptx`` for several compute capabilities, in every dtype
 it runs in (float16 arrays only meet the storage-cast kernels: they are
 computed in float32). This needs numba-cuda's NVVM (the ``cuda`` extra
@@ -22,8 +22,7 @@ cuda = pytest.importorskip("numba.cuda")
 nvrtc = pytest.importorskip("numba.cuda.cudadrv.nvrtc")
 dispatcher = pytest.importorskip("numba.cuda.dispatcher")
 
-from nblstm import cuda as ncuda  # noqa: E402 - after the skips
-from nblstm import cuda_cell  # noqa: E402
+from nblstm.cuda import registry  # noqa: E402 - after the skips
 
 # sm_70 (Volta) is listed for completeness: CUDA 13 toolkits dropped it, so
 # it is skipped where the installed NVVM cannot target it.
@@ -54,7 +53,7 @@ def target_cc(request, monkeypatch):
 @pytest.mark.parametrize("target_cc", CCS, indirect=True, ids=[f"sm_{a}{b}" for a, b in CCS])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_every_kernel_compiles_to_ptx(dtype, target_cc):
-    sigs = ncuda.kernel_signatures(dtype)
+    sigs = [*registry.signatures(dtype, "common"), *registry.signatures(dtype, "fused")]
     names = {name for name, _, _ in sigs}
     if dtype != np.float16:
         assert {"gemm", "forward_step", "forward_persistent", "backward_step", "backward_persistent",
@@ -81,8 +80,8 @@ def _compiled(sigs, dtype, target_cc):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_every_cell_kernel_compiles_to_ptx(dtype, target_cc):
     """The LSTMCell kernels (float16 cells run them in float32)."""
-    sigs = cuda_cell.kernel_signatures(dtype)
-    assert {"forward_step", "project_step", "backward_m_step", "backward_units_step", "masked_outputs",
+    sigs = registry.signatures(dtype, "cell")
+    assert {"forward_step", "project_step", "backward_h_step", "backward_units_step", "masked_outputs",
             "write_state"} == {name for name, _, _ in sigs}
     for _ in _compiled(sigs, dtype, target_cc):  # every activation's maths included
         pass

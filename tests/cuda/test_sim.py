@@ -12,6 +12,7 @@ from numba import cuda
 
 import nblstm
 from nblstm import cuda as ncuda
+from nblstm.cuda import interop, launch
 from nblstm import reference
 
 T, B, I, H = 3, 3, 2, 3
@@ -105,7 +106,7 @@ CASES += [(np.float32, "all", True), (np.float64, "plain", True)]
     "dtype, option_set, persistent", CASES,
     ids=[f"{np.dtype(d).name}-{o}-{'persistent' if p else 'per_step'}" for d, o, p in CASES])
 def test_block_lstm_matches_cpu_and_reference(dtype, option_set, persistent, monkeypatch):
-    monkeypatch.setattr(ncuda, "PERSISTENT", persistent)
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", persistent)
     options = OPTIONS[option_set]
     seq_len_max, forget_bias, cell_clip, use_peephole, layout = options
     a, g, cpu_out, gpu_out, cpu_grads, gpu_grads = run_forward_backward(dtype, options)
@@ -138,8 +139,8 @@ def test_capped_grids_stride_over_their_work(monkeypatch):
     On a GPU that happens from ``S * B > 65535 * 64`` rows and ``4H > 1024 * 256``
     columns; here the caps are lowered so tiny shapes reach them.
     """
-    monkeypatch.setattr(ncuda, "_MAX_GRID_Y", 1)
-    monkeypatch.setattr(ncuda, "_LINEAR_MAX_BLOCKS", 1)
+    monkeypatch.setattr(launch, "MAX_GRID_Y", 1)
+    monkeypatch.setattr(launch, "LINEAR_MAX_BLOCKS", 1)
     _, _, cpu_out, gpu_out, cpu_grads, gpu_grads = run_forward_backward(np.float32, OPTIONS["all"])
     for name, c, gpu in zip(NAMES, cpu_out, gpu_out, strict=True):
         assert_close(host(gpu), c, TOL_CPU[np.float32], name)
@@ -263,7 +264,7 @@ def test_arrays_on_different_gpus_raise(monkeypatch):
     a = make_inputs(np.float32)
     arrays = {k: Wrapped(a[k]) for k in ("x", "cs_prev", "h_prev", "w", "b")}
     arrays["w"].gpu, arrays["b"].gpu = 1, 1
-    monkeypatch.setattr(ncuda, "_device_ordinal", lambda value: getattr(value, "gpu", 0))
+    monkeypatch.setattr(interop, "device_ordinal", lambda value: getattr(value, "gpu", 0))
     with pytest.raises(TypeError, match=r"one GPU; GPU 0: x, cs_prev, h_prev; GPU 1: w, b"):
         nblstm.block_lstm(*arrays.values())
 

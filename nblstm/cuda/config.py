@@ -1,0 +1,94 @@
+"""Tile sizes, launch limits and switches of the CUDA target, in one place.
+
+The simulator (``NUMBA_ENABLE_CUDASIM=1``) runs every thread as a Python
+thread: it gets tiny tiles, which also makes the tiny test shapes span
+several tiles, so the boundary handling is exercised. Kernels read these
+module globals at compile time (numba freezes them as constants: shared
+array shapes must be constants).
+"""
+
+try:  # numba-cuda keeps its own configuration module.
+    from numba.cuda.core import config as numba_cuda_config
+except ImportError:  # pragma: no cover - older numba-cuda
+    from numba import config as numba_cuda_config
+
+__all__ = [
+    "ALIGN",
+    "GATE_COLS",
+    "GEMM_BK",
+    "GEMM_BM",
+    "GEMM_BN",
+    "GEMM_RM",
+    "GEMM_RN",
+    "GEMM_TX",
+    "GEMM_TY",
+    "LINEAR_MAX_BLOCKS",
+    "LINEAR_THREADS",
+    "MAX_GRID_Y",
+    "PERSISTENT",
+    "PERSISTENT_MAX_BATCH",
+    "SB",
+    "SIMULATOR",
+    "SJ",
+    "SK",
+    "SK_PAD",
+    "ceil_div",
+    "numba_cuda_config",
+    "padded",
+    "size",
+]
+
+#: True when running in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+SIMULATOR = bool(numba_cuda_config.ENABLE_CUDASIM)
+
+if SIMULATOR:
+    GEMM_TX, GEMM_TY, GEMM_RM, GEMM_RN, GEMM_BK = 2, 2, 2, 2, 2
+    SJ, SB, SK = 2, 2, 3
+    LINEAR_THREADS = 8
+else:
+    # The GEMM: 256 threads, each a 4 x 4 micro-tile of a 64 x 64 output tile, K tiles of 16.
+    GEMM_TX, GEMM_TY, GEMM_RM, GEMM_RN, GEMM_BK = 16, 16, 4, 4, 16
+    # Step kernels: 128 threads, SJ = 32 hidden units x SB = 4 batch rows, K tiles of SK = 32.
+    SJ, SB, SK = 32, 4, 32
+    LINEAR_THREADS = 256
+#: Output tile of the GEMM: ``GEMM_BM`` rows by ``GEMM_BN`` columns.
+GEMM_BM = GEMM_TY * GEMM_RM
+GEMM_BN = GEMM_TX * GEMM_RN
+#: Columns of a step tile's shared weight block (four gates of ``SJ`` units).
+GATE_COLS = 4 * SJ
+#: Row length of a shared K tile with one padding column: thread ``tx`` reads
+#: row ``tx``, so an odd row length spreads a warp's reads over the banks.
+SK_PAD = SK + 1
+#: CUDA's limit on gridDim.y (and z); gridDim.x may reach 2**31 - 1.
+MAX_GRID_Y = 65535
+#: Most blocks of a one-dimensional launch: those kernels are grid-stride loops.
+LINEAR_MAX_BLOCKS = 1024
+#: Scratch and result regions start at multiples of this many elements
+#: (256 bytes in float32): aligned, coalesced accesses in every region.
+ALIGN = 64
+
+#: When to use the persistent (cooperative, one launch for all steps)
+#: kernels: ``"auto"`` (batch at most :data:`PERSISTENT_MAX_BATCH` and the
+#: tiles fit in one cooperative grid), ``True`` (whenever possible) or
+#: ``False`` (never). Read at every call.
+PERSISTENT = "auto"
+PERSISTENT_MAX_BATCH = 16
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def padded(n):
+    """``n`` rounded up to a multiple of :data:`ALIGN`."""
+    return -(-n // ALIGN) * ALIGN
+
+
+def size(shape):
+    """Number of elements of ``shape`` (an int or a tuple)."""
+    if isinstance(shape, int):
+        return shape
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n

@@ -1,0 +1,408 @@
+"""Memory and launches of one call: the scratch arena, per-step launches, the launcher.
+
+Host overhead matters as much as the kernels here: at small sizes a call is
+bound by what the host does per launch and per allocation (each costs
+driver calls). So a call makes one device allocation for all its results
+and takes its temporaries (input projections, gate gradients, dtype casts)
+from scratch memory kept between calls (:class:`Arena`); the per-step loop
+launches a kernel whose arguments were converted once (:class:`Repeat`);
+the forward kernels get their seven outputs as one array; with one visible
+GPU no pointer is queried for its device. :func:`call` opens one
+entry-point call: checks, device, stream, arena, :class:`Launcher`.
+"""
+
+import contextlib
+import functools
+
+import numpy as np
+from numba import cuda
+
+from .._validate import compute_dtype
+from . import config
+from .config import (
+    ALIGN,
+    GEMM_BM,
+    GEMM_BN,
+    GEMM_TX,
+    GEMM_TY,
+    LINEAR_MAX_BLOCKS,
+    LINEAR_THREADS,
+    MAX_GRID_Y,
+    SB,
+    SIMULATOR,
+    SJ,
+    ceil_div,
+    numba_cuda_config,
+    padded,
+    size,
+)
+from .elementwise import column_sums, copy1, copy2, copy3, fill, fill2, peephole_grads
+from .gemm import gemm
+from .interop import (
+    as_device,
+    check_same_device,
+    context_cache,
+    gpu_count,
+    on_device,
+    require_gpu,
+    resolve_stream,
+    storage_dtype,
+    stream_handle,
+    wrap_like,
+)
+
+__all__ = ["Arena", "Launcher", "Repeat", "arena_for", "call", "regions", "release_workspaces"]
+
+
+class Arena:
+    """Scratch memory reused by successive calls on one device, stream and compute dtype.
+
+    A call takes its temporaries from ``buffer`` in order; what does not fit
+    is allocated for that call, and the next call allocates one buffer of the
+    largest total seen (so from the second call of a size on, a call makes
+    no scratch allocation). Calls on one stream run in order on the GPU, so
+    a call may reuse the memory of the previous one; ``lock`` keeps the
+    calls of several host threads from interleaving their launches. ``zeros``
+    is a buffer of zeros that kernels only read (absent gradients).
+    """
+
+    __slots__ = ("lock", "buffer", "need", "zeros")
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.buffer = None
+        self.need = 0
+        self.zeros = None
+
+
+_ARENAS = {}
+
+
+def arena_for(device, stream):
+    """The :class:`_Arena` of ``(device, stream)`` (created on first use)."""
+    handle = stream_handle(stream)
+    if handle is None:
+        handle = ("object", id(stream))
+    elif handle == 0 and getattr(numba_cuda_config, "CUDA_PER_THREAD_DEFAULT_STREAM", False):
+        import threading
+
+        handle = ("per-thread", threading.get_ident())
+    key = (device, handle)
+    arena = _ARENAS.get(key)
+    if arena is None:
+        arena = _ARENAS.setdefault(key, {})
+    return arena
+
+
+def release_workspaces():
+    """Free the scratch memory kept between calls of the CUDA target.
+
+    It is allocated again, at the size needed, by the next call.
+    """
+    for arenas in list(_ARENAS.values()):
+        for arena in list(arenas.values()):
+            with arena.lock:
+                arena.buffer = arena.zeros = None
+                arena.need = 0
+    _ARENAS.clear()
+
+
+class Repeat:
+    """Launches of one kernel with fixed arguments after a varying int64 first one (the step index).
+
+    On a GPU the arguments are converted to kernel parameters once, and each
+    launch passes them straight to the launch function Numba itself calls:
+    a step costs one launch call instead of Numba's conversion of every
+    argument. Where Numba's internals differ from those this was written
+    for (other versions, the simulator), each launch goes through the
+    configured kernel.
+    """
+
+    def __init__(self, kernel, griddim, blockdim, stream, args):
+        self._configured = kernel[griddim, blockdim, stream]
+        self._args = args
+        self._fast = None if SIMULATOR else self._prepare(kernel, args)
+
+    def _prepare(self, dispatcher, args):
+        import ctypes
+
+        try:
+            from numba.cuda import dispatcher as numba_dispatcher
+
+            launch = numba_dispatcher.launch
+            config_type = numba_dispatcher.LaunchConfig
+            new_config = numba_dispatcher.CUDA_CORE_GE_1_0
+            configured = self._configured
+            all_args = (0, *args)
+            kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in all_args))
+            if getattr(kernel, "debug", True) or getattr(kernel, "extensions", None):
+                return None
+            params, writeback = [], []
+            for ty, value in zip(kernel.argument_types, all_args, strict=True):
+                kernel._prepare_args(ty, value, configured.stream, writeback, params)
+            if writeback or not isinstance(params[0], ctypes.c_int64):
+                return None
+            options = dict(grid=configured.griddim, block=configured.blockdim, shmem_size=0)
+            cooperative = bool(kernel.cooperative)
+            options["is_cooperative" if new_config else "cooperative_launch"] = cooperative
+            launch_config = config_type(**options)
+            handle = kernel._codelibrary.get_cufunc().kernel
+            stream = configured.stream
+        except Exception:  # noqa: BLE001 - other Numba internals: the ordinary launch path
+            return None
+        rest = params[1:]
+
+        def fast(first):
+            launch(stream, launch_config, handle, ctypes.c_int64(first), *rest)
+
+        return fast
+
+    def __call__(self, first):
+        if self._fast is not None:
+            self._fast(first)
+        else:
+            self._configured(first, *self._args)
+
+
+class Launcher:
+    """Memory and launches of one call on one stream, in one compute dtype.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        Compute dtype (float32 or float64).
+    storage : numpy.dtype
+        Storage dtype of the caller's arrays (float16, float32 or float64).
+    stream : Numba stream or 0
+    arena : _Arena
+        Scratch memory of this device, stream and compute dtype; held by the
+        caller for the call.
+    wrap : callable
+        Turns a Numba device array into the caller's array kind.
+    """
+
+    def __init__(self, dtype, storage, stream, arena, wrap):
+        self.dtype = np.dtype(dtype)
+        self.storage = np.dtype(storage)
+        self.stream = stream
+        self.one = self.dtype.type(1.0)
+        self._arena = arena
+        self._wrap = wrap
+        self._used = 0
+        self.scratch_total = 0
+        self._results = None
+        self.device = 0  # set by _call
+        if arena.need and (arena.buffer is None or arena.buffer.shape[0] < arena.need):
+            arena.buffer = None  # freed before the larger one is allocated
+            arena.buffer = self.empty(arena.need)
+
+    def _linear(self, kernel, n, *args):
+        if n > 0:
+            blocks = min(ceil_div(n, LINEAR_THREADS), LINEAR_MAX_BLOCKS)
+            kernel[blocks, LINEAR_THREADS, self.stream](*args)
+
+    def empty(self, shape, dtype=None):
+        """A new device allocation (the only place this module allocates)."""
+        return cuda.device_array(shape, self.dtype if dtype is None else dtype, stream=self.stream)
+
+    def scratch(self, shape):
+        """A C-contiguous array of the compute dtype, valid for this call only, from the arena."""
+        n = size(shape)
+        span = padded(n)
+        buffer = self._arena.buffer
+        if buffer is not None and self._used + span <= buffer.shape[0]:
+            view = buffer[self._used:self._used + n]
+            self._used += span
+        else:
+            view = self.empty(n)
+        self.scratch_total += span
+        return view.reshape(shape)
+
+    def read_only_zeros(self, shape):
+        """A C-contiguous array of zeros that kernels must only read (kept between calls)."""
+        n = size(shape)
+        arena = self._arena
+        if arena.zeros is None or arena.zeros.shape[0] < n:
+            arena.zeros = None
+            arena.zeros = self.empty(max(n, ALIGN))
+            self.fill_zero(arena.zeros)
+        return arena.zeros[:n].reshape(shape)
+
+    def results(self, n):
+        """A flat ``[n]`` array of the compute dtype to hold all the call's results (see :meth:`finish`).
+
+        One allocation; for float16 storage the results are computed in
+        scratch memory and :meth:`finish` casts them into one allocation.
+        """
+        flat = self.empty(n) if self.storage == self.dtype else self.scratch(n)
+        self._results = flat
+        return flat
+
+    def finish(self, parts):
+        """The results as arrays of the storage dtype and the caller's kind.
+
+        Parameters
+        ----------
+        parts : sequence of (int, tuple)
+            ``(offset, shape)`` of each result in the flat array of :meth:`results`.
+
+        Returns
+        -------
+        list
+            Views of one allocation, wrapped once in the caller's kind.
+        """
+        flat = self._results
+        if self.storage != self.dtype:
+            cast = self.empty(flat.shape[0], self.storage)
+            self._linear(copy1, flat.shape[0], flat, cast)
+            flat = cast
+        wrapped = self._wrap(flat)
+        return [wrapped[offset:offset + size(shape)].reshape(shape) for offset, shape in parts]
+
+    def fill_zero(self, out):
+        """Zero a device array: C-contiguous, or a 2-D view with any strides."""
+        count = size(out.shape)
+        if not count:
+            return
+        zero = out.dtype.type(0)
+        if len(out.shape) == 2 and not out.is_c_contiguous():
+            self._linear(fill2, count, out, zero)
+        else:
+            flat = out.reshape(count)
+            self._linear(fill, count, flat, zero)
+
+    def prepare(self, *values, keep=False):
+        """Each value as a C-contiguous device array of the compute dtype.
+
+        No copy when a value is one already; otherwise a device-side copy
+        (cast) into scratch memory, or with ``keep`` into an allocation of
+        its own that outlives the call (kept for a later backward pass).
+        ``None`` stays ``None``.
+        """
+        prepared = []
+        for value in values:
+            if value is not None:
+                value = as_device(value, self.stream)
+                if np.dtype(value.dtype) != self.dtype or not value.is_c_contiguous():
+                    src = value
+                    value = (self.empty if keep else self.scratch)(tuple(src.shape))
+                    self.copy(src, value)
+            prepared.append(value)
+        return prepared
+
+    def copy(self, src, dst):
+        """``dst[...] = src`` with a cast; 1-3 dimensions, any strides."""
+        kernel = {1: copy1, 2: copy2, 3: copy3}[len(src.shape)]
+        self._linear(kernel, size(src.shape), src, dst)
+
+    def elementwise(self, kernel, n, *args):
+        """Launch ``kernel(*args)``, a grid-stride loop over ``n`` elements (no launch when ``n == 0``)."""
+        self._linear(kernel, n, *args)
+
+    def gemm(self, a, b, c, bias=None, trans_a=False, trans_b=False, accumulate=False):
+        """``c = op(a) @ op(b) [+ bias] [+ c]`` (:func:`nblstm.cuda.gemm.gemm`)."""
+        m, n = c.shape
+        if m == 0 or n == 0:
+            return
+        grid = (ceil_div(n, GEMM_BN), min(ceil_div(m, GEMM_BM), MAX_GRID_Y))
+        use_bias = bias is not None
+        gemm[grid, (GEMM_TX, GEMM_TY), self.stream](
+            a, b, c, bias if use_bias else c.reshape(m * n), bool(trans_a), bool(trans_b), bool(accumulate), use_bias)
+
+    def column_sums(self, m, out):
+        self._linear(column_sums, out.shape[0], m, out, self.dtype.type(0))
+
+    def peephole_grads(self, steps, cs_prev, cs_, dgates, blocks, out):
+        units = cs_prev.shape[1]
+        bi, _, bf, bo = blocks
+        self._linear(peephole_grads, units, steps, cs_prev, cs_, dgates, bi, bf, bo, self.dtype.type(0), *out)
+
+    def recurrence(self, persistent, step, args, steps, batch, units, reverse=False, step_args=()):
+        """Run the time loop: one cooperative launch of ``persistent``, or one launch of ``step`` per step.
+
+        ``persistent`` is called with ``(steps, *args)``, ``step`` with
+        ``(t, *step_args, *args)`` for ``t`` in order (reversed with
+        ``reverse``).
+        """
+        block = (SJ, SB)
+        blocks = self.persistent_grid(persistent, (steps, *args), batch, units)
+        if blocks:
+            persistent[blocks, block, self.stream](steps, *args)
+            return
+        grid = (ceil_div(units, SJ), ceil_div(batch, SB))
+        launch = Repeat(step, grid, block, self.stream, (*step_args, *args))
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            launch(t)
+
+    def persistent_grid(self, kernel, args, batch, units):
+        """Blocks for a persistent launch of ``kernel``, or 0 to use per-step launches."""
+        if config.PERSISTENT is False or (config.PERSISTENT == "auto" and batch > config.PERSISTENT_MAX_BATCH):
+            return 0
+        tiles = ceil_div(units, SJ) * ceil_div(batch, SB)
+        if SIMULATOR:
+            # The simulator's grid barrier synchronises one block only.
+            return 1
+        limit = _cooperative_limit(kernel, tuple(kernel.typeof_pyval(a) for a in args),
+                                   cuda.get_current_device().id)
+        if config.PERSISTENT == "auto" and limit < tiles:
+            return 0
+        return max(1, min(tiles, limit))
+
+
+@functools.lru_cache(maxsize=64)
+def _cooperative_limit(kernel, argtypes, device_id):
+    """Most blocks of ``(SJ, SB)`` threads one cooperative launch of ``kernel`` may have on ``device_id``.
+
+    Cached: the occupancy query costs more than a launch.
+    """
+    return kernel.compile(argtypes).max_cooperative_grid_blocks((SJ, SB))
+
+
+def regions(run, shapes):
+    """``(offsets, total)`` of consecutive regions of the given shapes in one flat results array.
+
+    Aligned, except where the results are cast to float16 as one block
+    (the padding would be cast too).
+    """
+    offsets, total = [], 0
+    for shape in shapes:
+        offsets.append(total)
+        total += padded(size(shape)) if run.storage == run.dtype else size(shape)
+    return offsets, total
+
+
+@contextlib.contextmanager
+def call(named, stream, wrap=None):
+    """Checks and context of one entry-point call.
+
+    Yields a :class:`_Launcher` in the compute dtype on the resolved
+    stream, holding the scratch memory of that device and stream for the
+    call. ``named["x"]`` (else the first array given) decides the storage
+    dtype, the default stream and the kind of the results; ``wrap``, when
+    given, replaces the latter (:mod:`nblstm.cuda.cell` returns Numba device
+    arrays). The launcher's ``device`` is the ordinal of the GPU it runs on.
+    """
+    require_gpu()
+    first = named["x"] if named.get("x") is not None else next(v for v in named.values() if v is not None)
+    ordinal = check_same_device(named)
+    with on_device(ordinal), context_cache():
+        storage = storage_dtype(first)
+        dtype = compute_dtype(storage)
+        launch_stream = resolve_stream(stream, first)
+        if ordinal is not None:
+            device = ordinal
+        else:
+            device = 0 if SIMULATOR or gpu_count() <= 1 else cuda.get_current_device().id
+        arenas = arena_for(device, launch_stream)
+        arena = arenas.get(dtype)
+        if arena is None:
+            arena = arenas.setdefault(dtype, Arena())
+        with arena.lock:
+            run = Launcher(dtype, storage, launch_stream, arena, wrap or wrap_like(first, ordinal))
+            run.device = device
+            try:
+                yield run
+            finally:
+                arena.need = max(arena.need, run.scratch_total)
