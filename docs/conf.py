@@ -1,6 +1,8 @@
 """Sphinx configuration of the nblstm documentation.
 
 Build with ``sphinx-build -W -b html docs docs/_build/html`` (warnings are errors).
+The built site loads nothing from the network: the theme's assets and MathJax
+are served from its own ``_static`` folder.
 """
 
 import importlib.util
@@ -22,19 +24,31 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "numpydoc",
+    "myst_parser",
     "nblstm_docs",
 ]
-# Markdown pages written by others (benchmarks.md) are parsed by MyST when it is installed.
-if importlib.util.find_spec("myst_parser") is not None:
-    extensions.append("myst_parser")
-    myst_heading_anchors = 3
+myst_heading_anchors = 3
 
-exclude_patterns = ["_build", "**/_build", "*.md"]  # .md files are included by pages, not pages themselves
+# The Markdown reports below are parts of the performance page (included there), not pages.
+exclude_patterns = ["_build", "**/_build", "benchmarks.md", "variants.md", "startup.md"]
 templates_path = []
-html_static_path = []
-html_theme = "alabaster"
-html_title = f"nblstm {release}"
 
+# -- Math: MathJax 3 served with the site, never from a CDN ---------------------------------------
+# The sphinx-mathjax-offline package (the docs extra) ships MathJax's files; they are copied to
+# _static/mathjax/ like any static file, and the pages load them from there.
+_mathjax = importlib.util.find_spec("sphinx-mathjax-offline")
+if _mathjax is None or _mathjax.origin is None:
+    raise RuntimeError('the documentation needs MathJax from the sphinx-mathjax-offline package: pip install ".[docs]"')
+html_static_path = ["_static", str(Path(_mathjax.origin).parent / "static")]
+mathjax_path = "mathjax/tex-chtml.js"
+
+# -- Theme --------------------------------------------------------------------------------------
+html_theme = "furo"
+html_title = f"nblstm {release}"
+html_css_files = ["nblstm.css"]
+html_show_sourcelink = False
+
+# -- API reference --------------------------------------------------------------------------------
 # Optional dependencies whose absence must not hide the API pages that mention them.
 autodoc_mock_imports = ["dask", "distributed"]
 autodoc_default_options = {"member-order": "bysource"}

@@ -113,8 +113,8 @@ def target_for(kind):
         module = importlib.import_module("nblstm.cuda")
     except ImportError as err:  # numba-cuda missing or broken: say what to install
         raise RuntimeError(
-            f"GPU arrays were given, but the CUDA target cannot be loaded ({err}); install nblstm[cuda] "
-            "(numba-cuda) or pass NumPy arrays to run on the CPU"
+            f"GPU arrays were given, but the CUDA target cannot be loaded ({err}); install numba-cuda "
+            "(the cuda extra: pip install \".[cuda]\" in nblstm's source tree) or pass NumPy arrays to run on the CPU"
         ) from err
     return module.TARGET
 

@@ -1,4 +1,4 @@
-"""Weight layouts of TF1 ``LSTMCell``, BlockLSTM V1/V2, Keras, PyTorch and cuDNN (SPEC.md section 7).
+"""Weight layouts of TF1 ``LSTMCell``, BlockLSTM V1/V2, Keras, PyTorch and cuDNN (:ref:`spec-conversion`).
 
 NumPy only: every function takes arrays (or anything ``numpy.asarray``
 accepts, PyTorch tensors included) and returns new NumPy arrays; the

@@ -6,7 +6,7 @@ one task per chunk, on any Dask scheduler (threads, processes, a
 ``distributed`` cluster). The results equal those of one call on the whole
 batch, within rounding: each task is one ordinary call on its chunk.
 
-This module needs Dask (``pip install "nblstm[dask]"``); ``import nblstm``
+This module needs Dask (the ``dask`` extra: ``pip install ".[dask]"``); ``import nblstm``
 does not import it.
 
 Arguments are checked when the graph is built, not when it is computed:
@@ -18,7 +18,7 @@ import numpy as np
 try:
     import dask.array as da
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError('nblstm.dask needs Dask: pip install "nblstm[dask]" (or dask[array])') from exc
+    raise ImportError('nblstm.dask needs Dask: the dask extra (pip install ".[dask]") or dask[array]') from exc
 
 from . import ops
 

@@ -262,13 +262,13 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
     >>> grads.w_grad.shape
     (7, 16)
     """
-    return checked_block_lstm_grad(x, cs_prev, h_prev, w, NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
-                            use_peephole, layout, stream)
+    return checked_block_lstm_grad(x, cs_prev, h_prev, w, NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
+                                   seq_len_max, use_peephole, layout, stream)
 
 
-def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max, use_peephole,
-                     layout, stream):
-    """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for :mod:`nblstm.raw_ops`)."""
+def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
+                            use_peephole, layout, stream):
+    """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for ``raw_ops``)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 7)
     extra = {name: (a, 3) for name, a in zip(_OUTPUT_NAMES, outputs)}
@@ -379,12 +379,12 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=No
     (1, 12)
     """
     return checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
-                                 use_peephole, layout, stream)
+                                        use_peephole, layout, stream)
 
 
-def checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
-                          stream):
-    """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for :mod:`nblstm.raw_ops`)."""
+def checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, use_peephole,
+                                 layout, stream):
+    """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for ``raw_ops``)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 6)
     extra = {name: (a, 2) for name, a in zip(_OUTPUT_NAMES, outputs)}

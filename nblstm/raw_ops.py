@@ -128,8 +128,8 @@ def _block_lstm_grad(layout, seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, 
     # peephole weights are required (with or without use_peephole) and checked
     # like the other arrays.
     _required(wci=wci, wcf=wcf, wco=wco, cs_grad=cs_grad, h_grad=h_grad)
-    return ops.checked_block_lstm_grad(x, cs_prev, h_prev, w, b, (i, cs, f, o, ci, co, h), cs_grad, h_grad, wci, wcf, wco,
-                                seq_len_max, use_peephole, layout, None)
+    return ops.checked_block_lstm_grad(x, cs_prev, h_prev, w, b, (i, cs, f, o, ci, co, h), cs_grad, h_grad, wci, wcf,
+                                       wco, seq_len_max, use_peephole, layout, None)
 
 
 def BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad, h_grad,
@@ -286,5 +286,5 @@ def LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, 
     (1, 8)
     """
     _required(wci=wci, wcf=wcf, wco=wco, cs_grad=cs_grad, h_grad=h_grad)
-    return ops.checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, (i, cs, f, o, ci, co), cs_grad, h_grad, wci, wcf, wco,
-                                     use_peephole, "icfo", None)
+    return ops.checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, (i, cs, f, o, ci, co), cs_grad, h_grad, wci,
+                                            wcf, wco, use_peephole, "icfo", None)

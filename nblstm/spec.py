@@ -11,8 +11,8 @@ Constants are never written as Python literals, which numba types as
 float64 and would promote float32 arithmetic: each function takes ``one``,
 the number 1 of the compute type, and derives what it needs from it.
 
-The equations are those of the TensorFlow fused ops (``SPEC.md`` sections 3
-and 5); backward derivatives are written from the saved forward outputs
+The equations are those of the TensorFlow fused ops (:ref:`spec-forward`,
+:ref:`spec-backward`); backward derivatives are written from the saved forward outputs
 (``d sigmoid = y (1 - y)``, ``d tanh = 1 - y**2``).
 
 ``math.exp``/``math.tanh`` rather than ``np.exp``/``np.tanh``: numba's CUDA
@@ -26,6 +26,24 @@ import math
 import numpy as np
 from numba import njit, types
 from numba.extending import overload
+
+__all__ = [
+    "ACTIVATIONS",
+    "GATE_BLOCKS",
+    "SELU_ALPHA",
+    "SELU_SCALE",
+    "activation",
+    "activation_grad",
+    "backward_unit",
+    "cast_like",
+    "cell_backward_unit",
+    "cell_forward_unit",
+    "clip_value",
+    "clip_value_grad",
+    "forward_unit",
+    "sigmoid",
+    "tanh",
+]
 
 #: Gate layouts: the position (0..3) of each gate's block in the 4H columns.
 #: Index order of the tuples is ``(i, ci, f, o)``.
@@ -207,10 +225,10 @@ def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peep
 
 
 # ---------------------------------------------------------------------------
-# TF1 LSTMCell maths (SPEC.md section 6): a choice of activation, clipping by
+# TF1 LSTMCell maths (:ref:`spec-cell`): a choice of activation, clipping by
 # value with its true gradient, and the unit's forward/backward with the
 # state carried as the clipped cell. The fused-op functions above are left
-# as they are; these are used by nblstm.cpu_cell (and any CUDA cell kernel).
+# as they are; these are used by nblstm.cpu.cell and nblstm.cuda.cell_kernels.
 # The unit functions are inlined into the kernels (numba IR inlining), so that
 # they take the kernel's error model. The activations are not: inlining their
 # eight branches twice into every unit function cost seconds of compilation

@@ -51,7 +51,7 @@ fi
 '| cuda available', c.is_available())" || true
 
 step tests "$TEST_TIMEOUT" "$PYTHON" -m pytest ${NBLSTM_TESTS:-tests/cuda} -q -p no:cacheprovider
-step check "$CHECK_TIMEOUT" "$PYTHON" -c "import sys; from nblstm._gpu_check import run_check; sys.exit(run_check())"
-step bench "$BENCH_TIMEOUT" "$PYTHON" -c "import sys; from nblstm._gpu_check import run_bench; sys.exit(run_bench())"
+step check "$CHECK_TIMEOUT" "$PYTHON" -c "import sys; from nblstm._tools.gpu_check import run_check; sys.exit(run_check())"
+step bench "$BENCH_TIMEOUT" "$PYTHON" -c "import sys; from nblstm._tools.gpu_check import run_bench; sys.exit(run_bench())"
 echo "=== gpu_check: exit status $status"
 exit "$status"

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-#: (rtol, atol) for forward outputs and for gradients, per dtype (SPEC section 8).
+#: (rtol, atol) for forward outputs and for gradients, per dtype (docs/specification.rst, "Tolerances").
 FORWARD_TOL = {np.float64: (1e-10, 1e-12), np.float32: (1e-6, 1e-6), np.float16: (8e-3, 8e-4)}
 GRAD_TOL = {np.float64: (1e-9, 1e-11), np.float32: (1e-5, 1e-5), np.float16: (1e-2, 1e-2)}
 

@@ -15,7 +15,6 @@ import pytest
 import nblstm
 from nblstm import LSTMCell, LSTMStateTuple
 from nblstm.cell import ACTIVATION_NAMES, Activation
-
 from nblstm.reference import cell as ref
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -310,7 +309,7 @@ def test_state_is_tuple_false():
 
 
 # ----------------------------------------------------------------------------------------------------
-# SPEC section 8 golden values
+# Golden values of TensorFlow's own tests (docs/specification.rst, "Tolerances and reference values")
 # ----------------------------------------------------------------------------------------------------
 
 

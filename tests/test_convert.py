@@ -5,7 +5,6 @@ import pytest
 
 import nblstm
 from nblstm import convert
-
 from nblstm.reference import cell as ref
 
 I, H, P, T, B = 3, 4, 2, 3, 2

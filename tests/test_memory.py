@@ -1,6 +1,6 @@
 """Peak memory of the fused ops on the CPU, measured with ``tracemalloc`` (NumPy reports its buffers to it).
 
-The bounds (issue targets, DESIGN.md): a forward call needs its outputs plus
+The bounds (docs/design.md, "Memory"): a forward call needs its outputs plus
 one copy of the weights (repacked for the kernels) and ``O(B x 4H)``
 workspace; a backward call needs its gradients, one ``[T, B, 4H]`` buffer
 (the gate gradients) and the recurrent weights transposed and packed for

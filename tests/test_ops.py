@@ -148,7 +148,7 @@ def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch)
     # With B > 1 and a short input (nblstm.cpu.partition.fused_projection) each step computes
     # its own input projection; otherwise it comes before the time loop.
     # Force each way on the same problem: both match the reference.
-    from nblstm.cpu import fused, partition
+    from nblstm.cpu import partition
 
     rng = np.random.default_rng(6)
     p = make_problem(rng, 5, batch, 7, 6, dtype)
@@ -191,7 +191,7 @@ def test_outputs_past_seq_len_max_are_zero_in_recycled_memory():
 def test_backward_scratch_left_dirty_by_other_calls_changes_nothing():
     # The backward keeps its gate-gradient and partial buffers per thread
     # between calls: fill them with NaN, and with a larger shape's leftovers.
-    from nblstm.cpu import fused, partition
+    from nblstm.cpu import fused
 
     rng = np.random.default_rng(5)
     p = make_problem(rng, 6, 3, 5, 7)
@@ -255,7 +255,7 @@ def test_single_step_ops_match_sequence_ops(dtype, use_peephole, cell_clip):
 
 
 def test_golden_values_of_two_stacked_cells():
-    # SPEC section 8: two stacked cells of 2 units, every weight 0.5, bias 0,
+    # TensorFlow's reference values (docs/specification.rst): two stacked cells of 2 units, every weight 0.5, bias 0,
     # x = [[1, 1]], every state entry 0.1, cell clipping off.
     w = np.full((4, 8), 0.5, np.float32)
     z2, z8 = np.zeros(2, np.float32), np.zeros(8, np.float32)

@@ -50,7 +50,7 @@ OUTPUT_NAMES = ("i", "cs", "f", "o", "ci", "co", "h")
 GRAD_NAMES = ("x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "wcf_grad", "wco_grad", "b_grad")
 CELL_GRAD_NAMES = ("cs_prev_grad", "dicfo", "wci_grad", "wcf_grad", "wco_grad")
 DTYPES = (np.float16, np.float32, np.float64)
-#: (rtol, atol) per dtype; the absolute part is scaled by ``1 + max|expected|`` (SPEC section 8).
+#: (rtol, atol) per dtype; the absolute part is scaled by ``1 + max|expected|`` (docs/specification.rst, "Tolerances").
 FORWARD_TOL = {np.float64: (1e-12, 1e-13), np.float32: (2e-6, 1e-6), np.float16: (8e-3, 8e-4)}
 GRAD_TOL = {np.float64: (1e-11, 1e-12), np.float32: (2e-5, 1e-5), np.float16: (1e-2, 1e-2)}
 

@@ -2,7 +2,7 @@
 
 The fixtures were made by ``scripts/make_tf_fixtures.py``; these tests need
 neither TensorFlow nor PyTorch. Tolerances are those of TensorFlow's own
-tests (SPEC section 8): float32 ``rtol = atol = 1e-6`` forward and ``1e-5``
+tests (docs/specification.rst, "Tolerances"): float32 ``rtol = atol = 1e-6`` forward and ``1e-5``
 for gradients, float16 ``rtol = 8e-3, atol = 8e-4`` forward and ``1e-2`` for
 gradients.
 
@@ -206,7 +206,7 @@ def test_fixture_coverage():
 
 
 # --------------------------------------------------------------------------
-# TensorFlow's autodiff through the fused ops (SPEC section 5)
+# TensorFlow's autodiff through the fused ops (docs/specification.rst, "TensorFlow bugs not copied")
 # --------------------------------------------------------------------------
 
 AUTODIFF = {m["op"]: m for m in RAW_INDEX["autodiff"]}
@@ -244,7 +244,7 @@ def test_tf_autodiff_facts():
 
 # --------------------------------------------------------------------------
 # The TF1 LSTMCell and torch.nn.LSTM fixtures, through the fused ops where a
-# mapping exists (SPEC sections 6 and 7). They check the fixtures and the
+# mapping exists (docs/specification.rst, "LSTMCell" and "Converting weights"). They check the fixtures and the
 # mapping; the LSTMCell facade has its own tests on the same files.
 # --------------------------------------------------------------------------
 

@@ -220,7 +220,7 @@ def test_results_do_not_depend_on_the_thread_count_below_the_row_split(kind, sha
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 2, 256, 128), (7, 5, 64, 33), (40, 9, 32, 48)], ids=str)
 def test_forward_does_not_depend_on_the_thread_count(shape, dtype, restore_num_threads):
-    """The forward's input projection is split into blocks that do not depend on the thread count (nblstm.cpu.partition.row_blocks)."""
+    """The forward's input projection is split into blocks that do not depend on the thread count (row_blocks)."""
     results = _by_thread_count(("sequence", shape, dtype, 11))
     assert_identical(results[2][:7], results[1][:7], "forward: 1 vs 2 numba threads")
 

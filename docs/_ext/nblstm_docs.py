@@ -1,11 +1,4 @@
-"""Directives of the nblstm documentation.
-
-``optional-automodule``
-    ``automodule`` for a module that may not exist, or may not import, in the
-    environment that builds the docs (a target whose dependencies are not
-    installed, a module still being written). When the module imports, the
-    directive's content (automodule options, one per line) is passed on to
-    ``automodule``; otherwise a note says the module is not available.
+"""Sphinx extension of the nblstm documentation.
 
 ``optional-markdown``
     Includes a Markdown file of the docs directory when it exists (parsed by
@@ -13,12 +6,10 @@
     note when it does not.
 """
 
-import importlib
 from pathlib import Path
 
 from docutils import nodes
 from docutils.statemachine import StringList
-from sphinx.ext.autodoc.mock import mock
 from sphinx.util.docutils import SphinxDirective
 
 
@@ -26,24 +17,6 @@ def _note(text):
     note = nodes.note()
     note += nodes.paragraph(text=text)
     return [note]
-
-
-class OptionalAutomodule(SphinxDirective):
-    required_arguments = 1
-    has_content = True
-
-    def run(self):
-        name = self.arguments[0]
-        try:
-            with mock(self.config.autodoc_mock_imports):
-                importlib.import_module(name)
-        except Exception as exc:  # ImportError, or a module that fails while it is being written
-            return _note(f"The module {name} is not available in this build of the documentation "
-                         f"({type(exc).__name__}: {exc}).")
-        lines = [f".. automodule:: {name}"] + [f"   {line}" for line in self.content]
-        container = nodes.container()
-        self.state.nested_parse(StringList(lines, source=self.get_source_info()[0]), self.content_offset, container)
-        return container.children
 
 
 class OptionalMarkdown(SphinxDirective):
@@ -58,14 +31,12 @@ class OptionalMarkdown(SphinxDirective):
         if "myst_parser" in self.config.extensions:
             lines = [f".. include:: {self.arguments[0]}", "   :parser: myst_parser.sphinx_"]
             container = nodes.container()
-            self.state.nested_parse(StringList(lines, source=self.get_source_info()[0]), self.content_offset,
-                                    container)
+            self.state.nested_parse(StringList(lines, source=self.get_source_info()[0]), self.content_offset, container)
             return container.children
         text = path.read_text(encoding="utf-8")
         return [nodes.literal_block(text, text)]
 
 
 def setup(app):
-    app.add_directive("optional-automodule", OptionalAutomodule)
     app.add_directive("optional-markdown", OptionalMarkdown)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+__all__ = ["run_bench", "run_check"]
+
 # Largest accepted error relative to the largest magnitude of the CPU result
 # (float16 is stored in float16, 3 decimal digits; float32 gradients sum
 # over T * B terms).
@@ -33,7 +35,7 @@ def _cuda_or_none(out):
     try:
         from numba import cuda
     except ImportError as err:
-        print(f"numba.cuda cannot be imported ({err}); install nblstm[cuda]", file=out)
+        print(f"numba.cuda cannot be imported ({err}); install numba-cuda (the cuda extra of nblstm)", file=out)
         return None
     if not cuda.is_available():
         print("no usable CUDA GPU: numba.cuda.is_available() is False", file=out)

@@ -59,6 +59,7 @@ Examples
 ((2, 4), (2, 3), True)
 """
 
+
 class LSTMCell:
     """Long short-term memory cell of TensorFlow 1 (``tf.compat.v1.nn.rnn_cell.LSTMCell``), compiled.
 

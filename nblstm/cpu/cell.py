@@ -84,8 +84,6 @@ def packed_columns(num_units, bounds):
 # ---------------------------------------------------------------------------
 # Forward
 # ---------------------------------------------------------------------------
-
-
 @njit(inline="always")
 def _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
                   use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_):
@@ -257,7 +255,7 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
             if has_proj:
                 _forward_proj(t, lo, depth, r_, h0, w_proj, proj_work, lengths, pclip, proj_clip_on, h_raw_, h_)
         return
-    # Every step in one parallel region (nblstm._sync): stage 2 t is the
+    # Every step in one parallel region (nblstm.cpu.sync): stage 2 t is the
     # units of step t, stage 2 t + 1 its projection (every unit's r first).
     claims = np.zeros(2 * steps * num_chunks, np.int64)
     done = np.zeros(2 * steps, np.int64)
@@ -279,8 +277,6 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
 # ---------------------------------------------------------------------------
 # Backward
 # ---------------------------------------------------------------------------
-
-
 @njit(**KERNEL)
 def _backward_h(t, p0, p1, col0, col1, dgates, w_rec_t, work, lengths, d_out, h_raw_, proj_clip, proj_clip_on,
                 has_proj, one, dh, dh_raw):
@@ -462,7 +458,7 @@ def backward_kernel(c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds,
                                 clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc, w_i_grad, w_f_grad,
                                 w_o_grad)
         return
-    # One parallel region for all steps (nblstm._sync). With a projection,
+    # One parallel region for all steps (nblstm.cpu.sync). With a projection,
     # stage 2 t + 2 is the h-gradient columns of step t and stage 2 t + 1
     # its units (they need every column). Without one, unit j's output is
     # column j of h: both phases of a chunk touch only its own columns, in
@@ -493,7 +489,7 @@ def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, c
                         packed_grad, packed_b, d_proj):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
-    The fused ops' share (:func:`nblstm.cpu._weight_grads_block`: ``dx2d``,
+    The fused ops' share (:func:`nblstm.cpu.fused.weight_grads_block`: ``dx2d``,
     the kernel and bias gradients in packed columns, with ``h`` as the
     previous output) plus, with a projection, rows
     ``proj_rows[k]..proj_rows[k+1]-1`` of its gradient ``r^T @ dh2d``.
@@ -568,8 +564,6 @@ def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_
 # ---------------------------------------------------------------------------
 # Host drivers
 # ---------------------------------------------------------------------------
-
-
 def _column_chunks(matrix, bounds, width):
     """Flatten ``matrix`` column block by column block: block ``k`` is ``matrix[:, width*b_k : width*b_{k+1}]``.
 

@@ -100,7 +100,6 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
-
 @njit(**KERNEL)
 def _input_projection(x2d, w_in, pre, rows, task):
     """Task ``task = 4 r + g`` of the input projection: ``pre[g][rows_r] = x2d[rows_r] @ w_in[g]``."""
@@ -263,7 +262,8 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     if num_chunks == 1:
         for t in range(steps):
             _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, False, x2d, w_x, bias, cs_prev, h_prev, w_rec,
-                           blocks, work, wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                           blocks, work, wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_,
+                           h_)
         return
     # Every step in one parallel region (nblstm.cpu.sync): worker w takes chunk
     # w of each step, then any chunk still unclaimed, and waits for the

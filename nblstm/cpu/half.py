@@ -19,6 +19,8 @@ from numba import njit, prange
 
 from .._jit import EXACT
 
+__all__ = ["to_float16", "to_float32"]
+
 # Elements per parallel block; smaller arrays convert on one thread.
 _BLOCK = 1 << 16
 

@@ -28,6 +28,18 @@ from numba.extending import intrinsic
 
 from .._jit import EXACT
 
+__all__ = [
+    "TILE_ROWS",
+    "gemm_panels",
+    "make_tile",
+    "pack_columns",
+    "pack_rows",
+    "padded",
+    "panel_width",
+    "panel_width_of",
+    "zero_columns",
+]
+
 #: Panel rows per block of :func:`pack_rows` (64 rows of 32 float32 are 8 KiB).
 _PACK_BLOCK = 64
 
@@ -195,8 +207,6 @@ def panel_width_of(array):
 # as runs of up to P contiguous elements into the panels; the inner loops are
 # plain copies that vectorize (a gather through an index array ran at about
 # 3.5 GB/s here).
-
-
 @njit(inline="always")
 def _panel_run(j, n, depth, dst_off, width):
     """The columns from ``j`` that lie in one panel, at most ``n``: ``(count,

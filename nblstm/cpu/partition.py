@@ -155,7 +155,7 @@ def _column_offsets(bounds_bytes, per_unit, dtype):
 
 
 def fused_projection(batch_size, inputs, dtype):
-    """Whether the forward computes each step's input projection inside the step (:func:`nblstm.cpu.fused.forward_kernel`).
+    """Whether :func:`~nblstm.cpu.fused.forward_kernel` computes each step's input projection inside the step.
 
     With ``B > 1``, when a panel of the packed input weights (``I x P``)
     fits in 32 KiB of L1: ``I <= 256`` in float32 and float64. Measured

@@ -21,6 +21,8 @@ import threading
 import numpy as np
 from numba import njit
 
+__all__ = ["ALIGNMENT", "MAX_FREE_BYTES", "MIN_BYTES", "aligned", "clear", "empty"]
+
 #: Blocks smaller than this come from NumPy directly (glibc's heap keeps them).
 MIN_BYTES = 32 << 20
 #: Alignment in bytes of the data of every array from here.

@@ -29,6 +29,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+__all__ = ["atomic_add", "atomic_load", "claim", "claimed_chunks", "wait_for"]
+
 #: Spins (each a ``pause`` on x86) before a waiter starts yielding its core
 #: (``sched_yield``, POSIX).
 _SPINS_BEFORE_YIELD = 1 << 12

@@ -27,10 +27,11 @@ def thread_tile():
     bt = cuda.blockIdx.y
     return ct, bt, ct * SJ + cuda.threadIdx.x, bt * SB + cuda.threadIdx.y
 
+
 @kernel("cell")
-def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS, w_i: A1, w_f: A1,
-                 w_o: A1, one: SCALAR, forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64, use_peepholes: BOOL,
-                 has_proj: BOOL, cells: A4, hs: A4):
+def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS, w_i: A1, w_f: A1, w_o: A1, one: SCALAR,
+                 forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL,
+                 cells: A4, hs: A4):
     """Forward step ``t`` of every unit (before the projection).
 
     Parameters
@@ -92,6 +93,7 @@ def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS,
             else:
                 cells[3, t, b, j] = h0[b, j] if t == 0 else hs[1, t - 1, b, j]
 
+
 @kernel("cell")
 def project_step(t: I64, cells: A4, h0: A2, w_proj: A2, lengths: LENGTHS, one: SCALAR, proj_clip: SCALAR,
                  proj_clip_on: BOOL, hs: A4):
@@ -122,9 +124,10 @@ def project_step(t: I64, cells: A4, h0: A2, w_proj: A2, lengths: LENGTHS, one: S
             hs[0, t, b, p] = zero
             hs[1, t, b, p] = h0[b, p] if t == 0 else hs[1, t - 1, b, p]
 
+
 @kernel("cell")
-def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS, d_out: A3, hs: A4,
-                    one: SCALAR, proj_clip: SCALAR, proj_clip_on: BOOL, dh: A2, dh_raw: A3):
+def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS, d_out: A3, hs: A4, one: SCALAR,
+                    proj_clip: SCALAR, proj_clip_on: BOOL, dh: A2, dh_raw: A3):
     """Backward step ``t`` of the output state ``h`` (with a projection), or the final carry (``t = -1``).
 
     Rows active at ``t + 1`` take the gradient of ``h[t]`` from that
@@ -166,11 +169,11 @@ def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS,
             else:
                 dh_raw[t, b, p] = zero
 
+
 @kernel("cell")
-def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw: A3, w_rec: A2,
-                        w_proj: A2, lengths: LENGTHS, d_out: A3, w_i: A1, w_f: A1, w_o: A1, one: SCALAR,
-                        cell_clip: SCALAR, clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL, dgates: A3,
-                        dc: A2, dh: A2):
+def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw: A3, w_rec: A2, w_proj: A2,
+                        lengths: LENGTHS, d_out: A3, w_i: A1, w_f: A1, w_o: A1, one: SCALAR, cell_clip: SCALAR,
+                        clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL, dgates: A3, dc: A2, dh: A2):
     """Backward step ``t`` of every unit: the gradient of ``r``, then the gate maths.
 
     With a projection ``dr = dh_raw[t] @ projection^T``. Without one,

@@ -70,8 +70,8 @@ def column_sums(m: A2, out: A1, zero: SCALAR):
 
 
 @kernel("fused")
-def peephole_grads(steps: I64, cs_prev: A2, cs_: A3, dgates: A3, bi: I64, bf: I64, bo: I64,
-                   zero: SCALAR, wci_grad: A1, wcf_grad: A1, wco_grad: A1):
+def peephole_grads(steps: I64, cs_prev: A2, cs_: A3, dgates: A3, bi: I64, bf: I64, bo: I64, zero: SCALAR, wci_grad: A1,
+                   wcf_grad: A1, wco_grad: A1):
     """Peephole weight gradients summed over steps and batch.
 
     Parameters

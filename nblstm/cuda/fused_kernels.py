@@ -69,18 +69,20 @@ def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forg
         out[5, t, b, j] = co
         out[6, t, b, j] = h
 
+
 @kernel("fused")
-def forward_step(t: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci: A1, wcf: A1, wco: A1,
-                 one: SCALAR, forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL, bi: I64, bc: I64,
-                 bf: I64, bo: I64, out: A4):
+def forward_step(t: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR,
+                 forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL, bi: I64, bc: I64, bf: I64,
+                 bo: I64, out: A4):
     """One forward step; grid ``(ceil(H / SJ), ceil(B / SB))``, block ``(SJ, SB)``."""
     forward_tile(t, cuda.blockIdx.x, cuda.blockIdx.y, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one,
                  forget_bias, cell_clip, clip_on, use_peephole, bi, bc, bf, bo, out)
 
+
 @kernel("fused")
-def forward_persistent(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci: A1, wcf: A1,
-                       wco: A1, one: SCALAR, forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL,
-                       bi: I64, bc: I64, bf: I64, bo: I64, out: A4):
+def forward_persistent(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR,
+                       forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL, bi: I64, bc: I64,
+                       bf: I64, bo: I64, out: A4):
     """All ``steps`` forward steps in one cooperative launch, block ``(SJ, SB)``.
 
     Blocks stride over the tiles; a grid barrier separates the steps
@@ -96,9 +98,10 @@ def forward_persistent(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, w
                          forget_bias, cell_clip, clip_on, use_peephole, bi, bc, bf, bo, out)
         grid.sync()
 
+
 @cuda.jit(device=True)
-def backward_tile(t, steps, jt, bt, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf,
-                  wco, one, use_peephole, bi, bc, bf, bo, dgates, dc):
+def backward_tile(t, steps, jt, bt, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, one,
+                  use_peephole, bi, bc, bf, bo, dgates, dc):
     """Backward step ``t`` of the tile ``(jt, bt)``.
 
     Thread ``(tx, ty)`` owns unit ``j`` of batch row ``b``: it computes
@@ -143,18 +146,20 @@ def backward_tile(t, steps, jt, bt, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad,
         dgates[t, b, bo * units + j] = do
         dc[b, j] = dc_prev
 
+
 @kernel("fused")
-def backward_step(t: I64, steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3,
-                  co_: A3, cs_grad: A3, h_grad: A3, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR,
-                  use_peephole: BOOL, bi: I64, bc: I64, bf: I64, bo: I64, dgates: A3, dc: A2):
+def backward_step(t: I64, steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3, co_: A3, cs_grad: A3,
+                  h_grad: A3, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR, use_peephole: BOOL, bi: I64, bc: I64,
+                  bf: I64, bo: I64, dgates: A3, dc: A2):
     """One backward step; grid ``(ceil(H / SJ), ceil(B / SB))``, block ``(SJ, SB)``."""
     backward_tile(t, steps, cuda.blockIdx.x, cuda.blockIdx.y, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad,
                   h_grad, w_rec, wci, wcf, wco, one, use_peephole, bi, bc, bf, bo, dgates, dc)
 
+
 @kernel("fused")
-def backward_persistent(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3, co_: A3,
-                        cs_grad: A3, h_grad: A3, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR,
-                        use_peephole: BOOL, bi: I64, bc: I64, bf: I64, bo: I64, dgates: A3, dc: A2):
+def backward_persistent(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3, co_: A3, cs_grad: A3,
+                        h_grad: A3, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR, use_peephole: BOOL, bi: I64,
+                        bc: I64, bf: I64, bo: I64, dgates: A3, dc: A2):
     """All backward steps, ``S - 1 .. 0``, in one cooperative launch, block ``(SJ, SB)``."""
     grid = cuda.cg.this_grid()
     batch, units = cs_prev.shape

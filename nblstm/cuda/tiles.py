@@ -89,6 +89,7 @@ def gate_dots(t, jt, bt, first, seq, w, bi, bc, bf, bo, zero):
         cuda.syncthreads()
     return acc_i, acc_c, acc_f, acc_o
 
+
 @cuda.jit(device=True)
 def row_dot(a, b_mat, trans_b, nt, rt, zero):
     """This thread's element of ``a @ op(b_mat)`` in the tile ``(nt, rt)``.

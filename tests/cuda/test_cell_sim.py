@@ -12,7 +12,8 @@ import pytest
 from numba import cuda
 
 import nblstm
-from nblstm import _validate, cell as cell_module
+from nblstm import _validate
+from nblstm import cell as cell_module
 from nblstm.cuda import cell as cuda_cell
 
 # (rtol, atol) of the GPU against the CPU path, same inputs and compute dtype.

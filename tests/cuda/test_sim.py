@@ -12,8 +12,8 @@ from numba import cuda
 
 import nblstm
 from nblstm import cuda as ncuda
-from nblstm.cuda import interop, launch
 from nblstm import reference
+from nblstm.cuda import interop, launch
 
 T, B, I, H = 3, 3, 2, 3
 NAMES = ("i", "cs", "f", "o", "ci", "co", "h")
