@@ -26,9 +26,7 @@ once, on first use, and kept there (per compute dtype and GPU) until
 :meth:`LSTMCell.set_weights` or :meth:`LSTMCell.build` replaces them.
 """
 
-import json
 import numbers
-import os
 import warnings
 from collections import namedtuple
 
@@ -40,6 +38,7 @@ from .._dispatch import target_for
 from ..options import CellOptions
 from .activations import activation_of
 from .initializers import initializer_of
+from .weights import checked_weights, initial_weights, load, save, weight_shapes
 
 __all__ = ["LSTMCell", "LSTMStateTuple"]
 
@@ -291,13 +290,7 @@ class LSTMCell:
     # -- variables -------------------------------------------------------------------------------------
 
     def _shapes(self, input_depth):
-        shapes = {"kernel": (input_depth + self._depth, 4 * self.num_units), "bias": (4 * self.num_units,)}
-        if self.use_peepholes:
-            for n in ("w_f_diag", "w_i_diag", "w_o_diag"):
-                shapes[n] = (self.num_units,)
-        if self.num_proj is not None:
-            shapes["projection/kernel"] = (self.num_units, self.num_proj)
-        return shapes
+        return weight_shapes(input_depth, self.num_units, self.num_proj, self.use_peepholes)
 
     @property
     def weight_names(self):
@@ -336,16 +329,7 @@ class LSTMCell:
         depth = v.check_positive_int("input_depth", input_depth)
         if self._dtype is None:
             self._dtype = np.dtype(np.float32)
-        rng = np.random.default_rng(self.seed)
-        weights = {}
-        for name, shape in self._shapes(depth).items():
-            if name == "bias":
-                weights[name] = np.zeros(shape, self._dtype)
-                continue
-            value = np.asarray(self._initializer(shape, self._dtype, rng))
-            if value.shape != shape:
-                raise ValueError(f"initializer returned shape {value.shape} for {name}; expected {shape}")
-            weights[name] = value.astype(self._dtype)
+        weights = initial_weights(self._shapes(depth), self._dtype, self._initializer, self.seed)
         self.input_depth = depth
         self._set(weights)
 
@@ -404,43 +388,9 @@ class LSTMCell:
         >>> cell.built, cell.input_depth, cell.dtype
         (True, 3, dtype('float32'))
         """
-        if not isinstance(weights, dict):
-            raise TypeError(f"weights must be a dict {{name: array}}, got {type(weights).__name__}")
-        expected = self.weight_names
-        missing = [n for n in expected if n not in weights]
-        extra = [n for n in weights if n not in expected]
-        if missing or extra:
-            raise ValueError(f"weights must have exactly the names {expected}; missing: {missing}, "
-                             f"unexpected: {extra}")
-        arrays = {}
-        for n in expected:
-            a = weights[n]
-            if not isinstance(a, np.ndarray):
-                if hasattr(a, "copy_to_host") or hasattr(a, "__cuda_array_interface__"):
-                    a = v.to_host(a)
-                else:
-                    raise TypeError(f"weights[{n!r}] must be a NumPy array, got {type(a).__name__}")
-            arrays[n] = a
-        kernel = arrays["kernel"]
-        if kernel.ndim != 2 or kernel.shape[0] <= self._depth:
-            raise ValueError(f"weights['kernel'] has shape {kernel.shape}; expected [I + {self._depth}, "
-                             f"{4 * self.num_units}] with I > 0")
-        input_depth = kernel.shape[0] - self._depth
-        if self.input_depth is not None and input_depth != self.input_depth:
-            raise ValueError(f"weights['kernel'] has shape {kernel.shape}; the cell was built for input depth "
-                             f"{self.input_depth}: expected {(self.input_depth + self._depth, 4 * self.num_units)}")
-        dtype = self._dtype or v.check_dtype("weights['kernel'] dtype", kernel.dtype)
-        for n, shape in self._shapes(input_depth).items():
-            a = arrays[n]
-            if a.shape != shape:
-                raise ValueError(f"weights[{n!r}] has shape {a.shape}; expected {shape}")
-            if a.dtype != dtype:
-                raise TypeError(f"weights[{n!r}] has dtype {a.dtype}; expected {dtype} (the cell's dtype)")
-            if not np.isfinite(a).all():
-                raise ValueError(f"weights[{n!r}] has non-finite values")
-        self._dtype = dtype
-        self.input_depth = input_depth
-        self._set({n: np.array(arrays[n], copy=True) for n in expected})
+        weights, self.input_depth, self._dtype = checked_weights(
+            weights, self.num_units, self.num_proj, self.use_peepholes, self.input_depth, self._dtype)
+        self._set(weights)
 
     @property
     def variables(self):
@@ -501,9 +451,7 @@ class LSTMCell:
         ['cell.npz']
         """
         self._require_built()
-        arrays = {f"weight:{n}": a for n, a in self._weights.items()}
-        arrays["config"] = np.array(json.dumps(self.get_config()))
-        np.savez(os.fspath(path), **arrays)
+        save(path, self.get_config(), self._weights)
 
     @classmethod
     def load(cls, path):
@@ -523,11 +471,7 @@ class LSTMCell:
         >>> all(np.array_equal(a, loaded.get_weights()[k]) for k, a in cell.get_weights().items())
         True
         """
-        with np.load(os.fspath(path), allow_pickle=False) as data:
-            if "config" not in data.files:
-                raise ValueError(f"{path} is not an LSTMCell file (no 'config' entry)")
-            config = json.loads(str(data["config"]))
-            weights = {k[len("weight:"):]: data[k] for k in data.files if k.startswith("weight:")}
+        config, weights = load(path)
         cell = cls(**config)
         cell.set_weights(weights)
         return cell
