@@ -104,14 +104,14 @@ def _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, fo
         c_raw_r, c_r, ac_r, r_r = c_raw_[t, b, u0:u1], c_[t, b, u0:u1], ac_[t, b, u0:u1], r_[t, b, u0:u1]
         if t < lengths[b]:
             for jj in range(uk):
-                i, jg, f, o, c_raw, c, ac, r = cell_forward_unit(
+                i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
                     g[jj] + pre[jj] + bk[jj], g[uk + jj] + pre[uk + jj] + bk[uk + jj],
                     g[2 * uk + jj] + pre[2 * uk + jj] + bk[2 * uk + jj],
                     g[3 * uk + jj] + pre[3 * uk + jj] + bk[3 * uk + jj],
                     c_src[jj], w_ik[jj], w_fk[jj], w_ok[jj], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
                 )
                 pre[jj] = i
-                pre[uk + jj] = jg
+                pre[uk + jj] = j_gate
                 pre[2 * uk + jj] = f
                 pre[3 * uk + jj] = o
                 c_raw_r[jj] = c_raw

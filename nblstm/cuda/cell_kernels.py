@@ -69,13 +69,13 @@ def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS,
     if b < batch and j < units:
         c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
         if t < lengths[b]:
-            i, g, f, o, c_raw, c, ac, r = cell_forward_unit(
+            i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
                 a_i + gates[t, b, j], a_j + gates[t, b, units + j], a_f + gates[t, b, 2 * units + j],
                 a_o + gates[t, b, 3 * units + j], c_prev, w_i[j], w_f[j], w_o[j], forget_bias, cell_clip,
                 clip_on, act, use_peepholes, one,
             )
             gates[t, b, j] = i
-            gates[t, b, units + j] = g
+            gates[t, b, units + j] = j_gate
             gates[t, b, 2 * units + j] = f
             gates[t, b, 3 * units + j] = o
             cells[0, t, b, j] = c_raw
