@@ -358,3 +358,18 @@ def test_lstm_cell_state_rows_with_odd_strides():
         results.append([out, *final, d_x, *d_state, *(d_w[k] for k in sorted(d_w))])
     for a, b in zip(*results, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_clip_bound_that_rounds_to_zero_turns_clipping_off(dtype):
+    """``cell_clip > 0`` is decided in the compute dtype, as TensorFlow's float attribute does: 1e-46 is 0 in
+    float32 (float16 computes in float32), so it clips nothing, bit for bit as ``cell_clip=None``."""
+    p = make_problem(np.random.default_rng(3), 4, 3, 5, 6, dtype=dtype)
+    arrays = [p[k] for k in ("x", "cs_prev", "h_prev", "w", "b")]
+    tiny = nblstm.block_lstm(*arrays, cell_clip=1e-46)
+    none = nblstm.block_lstm(*arrays, cell_clip=None)
+    assert np.abs(none.cs).max() > 0.01  # clipping to zero would change these
+    for name in OUTPUT_NAMES:
+        np.testing.assert_array_equal(getattr(tiny, name), getattr(none, name), err_msg=name)
+    step = nblstm.lstm_block_cell(arrays[0][0], *arrays[1:], cell_clip=1e-46)
+    np.testing.assert_array_equal(step.cs, nblstm.lstm_block_cell(arrays[0][0], *arrays[1:]).cs)

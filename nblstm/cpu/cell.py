@@ -50,7 +50,6 @@ Chunk ``k`` holds the units ``u0 = bounds[k] .. u1 - 1`` (``uk`` of them);
 the packed arrays.
 """
 
-import numba
 import numpy as np
 from numba import njit, prange
 
@@ -64,7 +63,17 @@ from .gemm import gemm_rows, gemm_tn
 from .pack import pack_chunks
 from .partition import MIN_PARALLEL_PACK, block_bounds, cell_chunk_bounds, column_offsets, row_bounds
 
-__all__ = ["PackedWeights", "final_state", "masked_outputs", "num_threads", "sequence_backward", "sequence_forward"]
+__all__ = [
+    "PackedWeights",
+    "backward_kernel",
+    "final_state",
+    "forward_kernel",
+    "masked_outputs",
+    "packed_columns",
+    "sequence_backward",
+    "sequence_forward",
+    "weight_grads_kernel",
+]
 
 
 def packed_columns(num_units, bounds):
@@ -641,12 +650,6 @@ class PackedWeights:
                                for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
         self.use_peepholes = "w_i_diag" in weights
 
-    def unpack_columns(self, packed):
-        """``[..., 4H]`` packed columns back to ICFO order."""
-        out = np.empty_like(packed)
-        out[..., self.perm] = packed
-        return out
-
 
 def _kernel_options(options, has_proj):
     """The cell's options as the kernels' scalars, unpacked here only.
@@ -798,8 +801,3 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
     if packed.has_proj:
         d_weights["projection/kernel"] = d_proj
     return d_x, dc, dh, d_weights
-
-
-def num_threads():
-    """Threads numba's parallel regions use (for the docs and the demo)."""
-    return numba.get_num_threads()

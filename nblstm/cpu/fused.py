@@ -521,10 +521,12 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
             gate_weights(c(w), blocks, w_in, w_in.size >= MIN_PARALLEL_PACK)
         w_rec = pack_recurrent(w[inputs:], bounds, col_off)
         w_x = pack_recurrent(w[:inputs], bounds, col_off) if fused else np.empty(0, dtype)
-        # The options as kernel scalars: here only.
+        # The options as kernel scalars: here only. Whether the clip is on is decided in the compute
+        # dtype (a bound that rounds to 0 there turns it off); the kernel takes the bound as a float.
+        clip, clip_on = clip_scalars(options.cell_clip, dtype.type, positive=True)
         forward_kernel(x2d, w_in, w_x, fused, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off, *projection,
-                       blocks, c(wci), c(wcf), c(wco), float(options.forget_bias),
-                       *clip_scalars(options.cell_clip, float, positive=True), bool(options.use_peephole), work, block)
+                       blocks, c(wci), c(wcf), c(wco), float(options.forget_bias), float(clip), clip_on,
+                       bool(options.use_peephole), work, block)
     return block
 
 

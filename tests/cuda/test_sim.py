@@ -279,3 +279,13 @@ def test_stream_is_used():
     assert_close(host(out.h), expected.h, TOL_CPU[np.float32], "h on a stream")
     with pytest.raises(ValueError, match="stream"):
         nblstm.block_lstm(*(a[k] for k in ("x", "cs_prev", "h_prev", "w", "b")), stream=stream)
+
+
+def test_a_clip_bound_that_rounds_to_zero_turns_clipping_off():
+    """As on the CPU: 1e-46 is 0 in float32, so it clips nothing."""
+    a = make_inputs(np.float32)
+    args = [dev(a[k]) for k in ("x", "cs_prev", "h_prev", "w", "b")]
+    tiny = nblstm.block_lstm(*args, cell_clip=1e-46)
+    none = nblstm.block_lstm(*args, cell_clip=None)
+    np.testing.assert_array_equal(host(tiny.cs), host(none.cs))
+    assert np.abs(host(none.cs)).max() > 0.01
