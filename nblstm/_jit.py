@@ -5,7 +5,7 @@ vectorizes the loops (IEEE results, no exceptions). ``cache=True``: numba's
 on-disk cache, so that a later process loads the machine code instead of
 compiling it again.
 
-Two sets, by what the code may let LLVM do with its arithmetic:
+Three sets, by what the code may let LLVM do with its arithmetic and where it is compiled:
 
 - :data:`KERNEL`, the kernels with gate maths (the fused ops and the cell):
   ``fastmath={"contract"}`` alone of the fast-math flags, so that LLVM may
@@ -17,11 +17,16 @@ Two sets, by what the code may let LLVM do with its arithmetic:
   GEMM micro-kernel (each result element is the same however the columns
   are split, see :mod:`nblstm.cpu.microkernel`) and the float16 conversions
   (:mod:`nblstm.cpu.half`): no fast-math flag at all.
+- :data:`GATE_MATHS`, the activations of :mod:`nblstm.spec` that are functions
+  of their own (not inlined): compiled into the CPU kernels, which carry their
+  own flags and cache, and into the CUDA kernels as device functions.
 """
 
-__all__ = ["EXACT", "KERNEL"]
+__all__ = ["EXACT", "GATE_MATHS", "KERNEL"]
 
 #: Kernels with gate maths: multiply-adds may be contracted into FMAs.
 KERNEL = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}}
 #: The micro-kernel and the float16 conversions: IEEE arithmetic as written.
 EXACT = {"cache": True, "error_model": "numpy"}
+#: The activations of nblstm.spec: no division checks; compiled into their callers on both targets.
+GATE_MATHS = {"error_model": "numpy"}

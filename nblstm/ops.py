@@ -25,6 +25,8 @@ __all__ = [
     "LSTMBlockCellGradOutput",
     "block_lstm",
     "block_lstm_grad",
+    "checked_block_lstm_grad",
+    "checked_lstm_block_cell_grad",
     "lstm_block_cell",
     "lstm_block_cell_grad",
 ]
@@ -59,7 +61,7 @@ wco_grad [H]`` of this step.
 _OUTPUT_NAMES = ("i", "cs", "f", "o", "ci", "co", "h")
 # Stands for "this op has no bias argument" (the gradient ops), unlike None,
 # which is a wrong value for a bias.
-NO_BIAS = object()
+_NO_BIAS = object()
 _PEEPHOLES = ("wci", "wcf", "wco")
 
 
@@ -101,13 +103,13 @@ def _outputs_sequence(outputs, count, name="outputs"):
 def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     """Validate the arrays common to every op; returns ``(infos, (T, B, I, H))``.
 
-    ``b`` is ``NO_BIAS`` for the ops without a bias argument. ``extra`` maps
+    ``b`` is ``_NO_BIAS`` for the ops without a bias argument. ``extra`` maps
     further array names to ``(value, rank)``; their shapes are
     checked by the caller. ``T`` is ``None`` for single-step ops.
     """
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w}
     ranks = {"x": x_rank, "cs_prev": 2, "h_prev": 2, "w": 2, "b": 1, "wci": 1, "wcf": 1, "wco": 1}
-    if b is not NO_BIAS:
+    if b is not _NO_BIAS:
         named["b"] = b
     named.update(peepholes)
     for name, (value, rank) in (extra or {}).items():
@@ -127,7 +129,7 @@ def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     v.check_shape(infos["cs_prev"], (batch, units), f"[B, H], B = x.shape[{x_rank - 2}] from x {x_meaning}")
     v.check_shape(infos["h_prev"], (batch, units), "[B, H] like cs_prev")
     v.check_shape(infos["w"], (inputs + units, 4 * units), "[I + H, 4H] from x and cs_prev")
-    if b is not NO_BIAS:
+    if b is not _NO_BIAS:
         v.check_shape(infos["b"], (4 * units,), "[4H] from cs_prev")
     for name in peepholes:
         v.check_shape(infos[name], (units,), "[H] from cs_prev")
@@ -262,13 +264,13 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
     >>> grads.w_grad.shape
     (7, 16)
     """
-    return checked_block_lstm_grad(x, cs_prev, h_prev, w, NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
+    return checked_block_lstm_grad(x, cs_prev, h_prev, w, _NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
                                    seq_len_max, use_peephole, layout, stream)
 
 
 def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
                             use_peephole, layout, stream):
-    """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for ``raw_ops``)."""
+    """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS`` (for ``raw_ops``)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 7)
     extra = {name: (a, 3) for name, a in zip(_OUTPUT_NAMES, outputs)}
@@ -378,13 +380,13 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=No
     >>> g.dicfo.shape
     (1, 12)
     """
-    return checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
+    return checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, _NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
                                         use_peephole, layout, stream)
 
 
 def checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, use_peephole,
                                  layout, stream):
-    """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``NO_BIAS`` (for ``raw_ops``)."""
+    """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS`` (for ``raw_ops``)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 6)
     extra = {name: (a, 2) for name, a in zip(_OUTPUT_NAMES, outputs)}

@@ -27,6 +27,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from ._jit import GATE_MATHS
+
 __all__ = [
     "ACTIVATIONS",
     "GATE_BLOCKS",
@@ -273,7 +275,7 @@ def _cast_like_impl(value, like):
     return impl
 
 
-@njit(error_model="numpy")
+@njit(**GATE_MATHS)
 def activation(code, x, one):
     """The activation ``code`` (:data:`ACTIVATIONS`) of ``x``, Keras' definitions (ELU's alpha is 1).
 
@@ -304,7 +306,7 @@ def activation(code, x, one):
     return x
 
 
-@njit(error_model="numpy")
+@njit(**GATE_MATHS)
 def activation_grad(code, y, one):
     """Derivative of the activation ``code`` at the input whose output is ``y``.
 
@@ -343,7 +345,7 @@ def cell_forward_unit(a_i, a_j, a_f, a_o, c_prev, w_i, w_f, w_o, forget_bias, ce
     Parameters
     ----------
     a_i, a_j, a_f, a_o : scalar
-        The unit's entries of ``[inputs, m_prev] @ kernel + bias`` (ICFO blocks).
+        The unit's entries of ``[inputs, h_prev] @ kernel + bias`` (ICFO blocks).
     c_prev : scalar
         The unit's previous cell state.
     w_i, w_f, w_o : scalar

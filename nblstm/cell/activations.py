@@ -10,7 +10,7 @@ import numpy as np
 __all__ = ["ACTIVATION_NAMES", "Activation", "activation_of"]
 
 #: Activation names accepted by :class:`nblstm.LSTMCell` (Keras names), in the order of their codes in
-#: ``nblstm.spec.ACTIVATIONS`` (which this module imports only when needed: it imports numba).
+#: ``nblstm.spec.ACTIVATIONS`` (not imported here: it imports numba; a test checks that the two agree).
 ACTIVATION_NAMES = ("tanh", "relu", "sigmoid", "elu", "softsign", "softplus", "selu", "linear")
 # SELU's constants (Klambauer et al., 2017), as in Keras and nblstm.spec.
 _SELU_ALPHA = 1.6732632423543772848170429916717

@@ -73,7 +73,7 @@ class LSTMCell:
         activation (``0.0`` clips it to zero, as in TensorFlow).
     initializer : str or callable, optional
         Initializer of ``kernel``, the peepholes and the projection: a name
-        (:data:`INITIALIZER_NAMES`, default ``"glorot_uniform"``) or a
+        (:data:`nblstm.cell.INITIALIZER_NAMES`, default ``"glorot_uniform"``) or a
         callable ``(shape, dtype, rng) -> array``. ``bias`` starts at zero.
     num_proj : int, optional
         ``P``: project the output ``o * act(c)`` to ``P`` columns.
@@ -89,7 +89,7 @@ class LSTMCell:
         ``[B, H + P]``, ``c`` then ``h``.
     activation : str or Activation, optional
         Activation of ``j`` and of the cell output (default tanh); a Keras
-        name (:data:`ACTIVATION_NAMES`). Gates always use sigmoid.
+        name (:data:`nblstm.cell.ACTIVATION_NAMES`). Gates always use sigmoid.
     reuse : bool, optional
         Accepted for compatibility; a cell owns its variables.
     name : str, optional

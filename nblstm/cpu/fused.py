@@ -405,11 +405,11 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_bl
     inputs = x2d.shape[1]
     rows = dg2d.shape[0]
     gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, k)
-    m0, m1 = w_rows[k], w_rows[k + 1]
-    a0, a1 = min(m0, inputs), min(m1, inputs)  # rows of w[:I]
+    r0, r1 = w_rows[k], w_rows[k + 1]
+    a0, a1 = min(r0, inputs), min(r1, inputs)  # rows of w[:I]
     if a1 > a0:
         gemm_tn(x2d[:, a0:a1], dg2d, w_grad[a0:a1], False)
-    b0, b1 = max(m0, inputs), max(m1, inputs)  # rows of w[I:]
+    b0, b1 = max(r0, inputs), max(r1, inputs)  # rows of w[I:]
     if b1 > b0:
         # Step 0's previous output is h_prev; step t's is h2d[t - 1].
         gemm_tn(h_prev[:, b0 - inputs:b1 - inputs], dg2d[:batch], w_grad[b0:b1], False)

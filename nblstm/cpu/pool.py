@@ -21,6 +21,8 @@ import threading
 import numpy as np
 from numba import njit
 
+from .._jit import EXACT
+
 __all__ = ["ALIGNMENT", "MAX_FREE_BYTES", "MIN_BYTES", "aligned", "clear", "empty"]
 
 #: Blocks smaller than this come from NumPy directly (glibc's heap keeps them).
@@ -49,7 +51,7 @@ class _Lease:
         _release(self._buffer)
 
 
-@njit(cache=True)
+@njit(**EXACT)
 def _misalignment(buffer):
     """Bytes from the start of the 1-D ``buffer`` to its first 64-byte boundary
     (jitted: ``ndarray.ctypes.data`` takes 1.6 us, this call 0.2)."""

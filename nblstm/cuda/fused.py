@@ -46,7 +46,7 @@ def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, o
 
     Parameters
     ----------
-    run : _Launcher
+    run : nblstm.cuda.launch.Launcher
     x : [T, B, I] array
     cs_prev, h_prev : [B, H] arrays
     w : [I + H, 4H] array
@@ -83,7 +83,7 @@ def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s
 
     Parameters
     ----------
-    run : _Launcher
+    run : nblstm.cuda.launch.Launcher
     cs_prev : [B, H] array
     wci, wcf, wco : [H] arrays or None
     outputs : sequence of 6 or 7 [T, B, H] arrays
@@ -122,7 +122,7 @@ def _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad
     list
         ``[x_grad [T, B, I], cs_prev_grad [B, H], h_prev_grad [B, H],
         w_grad [I + H, 4H], wci_grad, wcf_grad, wco_grad [H], b_grad [4H]]``
-        from :meth:`_Launcher.finish` (views of one allocation).
+        from :meth:`~nblstm.cuda.launch.Launcher.finish` (views of one allocation).
     """
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]

@@ -27,7 +27,7 @@ def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forg
     Thread ``(tx, ty)`` owns unit ``j = jt * SJ + tx`` of batch row
     ``b = bt * SB + ty``: it accumulates that unit's four gate columns of
     ``h_{t-1} @ w_rec`` over shared-memory K tiles, adds ``xw[t]`` and
-    runs :func:`nblstm.forward_unit`. Every thread of the block must
+    runs :func:`nblstm.spec.forward_unit`. Every thread of the block must
     call this (it synchronises the block).
 
     Parameters
@@ -107,7 +107,7 @@ def backward_tile(t, steps, jt, bt, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad,
     Thread ``(tx, ty)`` owns unit ``j`` of batch row ``b``: it computes
     the carried ``dh[b, j] = dgates[t + 1, b, :] @ w_rec[j, :]`` (zero at
     the last step) over shared-memory K tiles of the 4H gate columns,
-    then :func:`nblstm.backward_unit`. Every thread of the block
+    then :func:`nblstm.spec.backward_unit`. Every thread of the block
     must call this.
 
     Parameters

@@ -81,7 +81,7 @@ _ARENAS = {}
 
 
 def arena_for(device, stream):
-    """The :class:`_Arena` of ``(device, stream)`` (created on first use)."""
+    """The :class:`Arena` of ``(device, stream)`` (created on first use)."""
     handle = stream_handle(stream)
     if handle is None:
         handle = ("object", id(stream))
@@ -176,7 +176,7 @@ class Launcher:
     storage : numpy.dtype
         Storage dtype of the caller's arrays (float16, float32 or float64).
     stream : Numba stream or 0
-    arena : _Arena
+    arena : Arena
         Scratch memory of this device, stream and compute dtype; held by the
         caller for the call.
     wrap : callable
@@ -193,7 +193,7 @@ class Launcher:
         self._used = 0
         self.scratch_total = 0
         self._results = None
-        self.device = 0  # set by _call
+        self.device = 0  # set by call()
         if arena.need and (arena.buffer is None or arena.buffer.shape[0] < arena.need):
             arena.buffer = None  # freed before the larger one is allocated
             arena.buffer = self.empty(arena.need)
@@ -377,7 +377,7 @@ def regions(run, shapes):
 def call(named, stream, wrap=None):
     """Checks and context of one entry-point call.
 
-    Yields a :class:`_Launcher` in the compute dtype on the resolved
+    Yields a :class:`Launcher` in the compute dtype on the resolved
     stream, holding the scratch memory of that device and stream for the
     call. ``named["x"]`` (else the first array given) decides the storage
     dtype, the default stream and the kind of the results; ``wrap``, when

@@ -79,9 +79,13 @@ def _kinds(dispatcher):
 def signatures(dtype, family=None):
     """``[(name, python function, argument types)]`` of the kernels of ``family`` (all when ``None``).
 
+    Names are unique within a family (``forward_step`` is a kernel of ``"fused"`` and of ``"cell"``).
+
     For float32 and float64 every kernel; for float16 the storage casts
     (``copy1_f16_to_f32`` ...) and the fill.
     """
+    from . import cell_kernels, elementwise, fused_kernels, gemm  # noqa: F401 - their kernels register on import
+
     nt = _NUMBA_TYPES[np.dtype(dtype)]
     found = []
     for fam, dispatcher, storage in KERNELS:

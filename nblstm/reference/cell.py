@@ -28,7 +28,7 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def step(weights, x, c_prev, m_prev, forget_bias=1.0, cell_clip=None, proj_clip=None, activation="tanh"):
+def step(weights, x, c_prev, h_prev, forget_bias=1.0, cell_clip=None, proj_clip=None, activation="tanh"):
     """One step of the cell in float64.
 
     Parameters
@@ -38,17 +38,17 @@ def step(weights, x, c_prev, m_prev, forget_bias=1.0, cell_clip=None, proj_clip=
         ``w_f_diag, w_i_diag, w_o_diag [H]`` and ``projection/kernel [H, P]``.
     x : [B, I] array
     c_prev : [B, H] array
-    m_prev : [B, P] array
+    h_prev : [B, P] array
 
     Returns
     -------
     tuple
-        ``(c [B, H], m [B, P])``; ``m`` is also the output.
+        ``(c [B, H], h [B, P])``; ``h`` (TensorFlow's ``m``) is also the output.
     """
     w = {k: np.asarray(a, np.float64) for k, a in weights.items()}
     act = ACTIVATIONS[activation]
     units = w["bias"].shape[0] // 4
-    gates = np.concatenate([x, m_prev], axis=1) @ w["kernel"] + w["bias"]
+    gates = np.concatenate([x, h_prev], axis=1) @ w["kernel"] + w["bias"]
     i, j, f, o = (gates[:, k * units:(k + 1) * units] for k in range(4))
     peep = "w_i_diag" in w
     if peep:
@@ -58,17 +58,17 @@ def step(weights, x, c_prev, m_prev, forget_bias=1.0, cell_clip=None, proj_clip=
     if cell_clip is not None:
         c = np.clip(c, -cell_clip, cell_clip)
     if peep:
-        m = sigmoid(o + w["w_o_diag"] * c) * act(c)
+        h = sigmoid(o + w["w_o_diag"] * c) * act(c)
     else:
-        m = sigmoid(o) * act(c)
+        h = sigmoid(o) * act(c)
     if "projection/kernel" in w:
-        m = m @ w["projection/kernel"]
+        h = h @ w["projection/kernel"]
         if proj_clip is not None:
-            m = np.clip(m, -proj_clip, proj_clip)
-    return c, m
+            h = np.clip(h, -proj_clip, proj_clip)
+    return c, h
 
 
-def run(weights, x, c0, m0, sequence_length=None, **options):
+def run(weights, x, c0, h0, sequence_length=None, **options):
     """``dynamic_rnn`` over ``x: [T, B, I]`` (time-major) in float64.
 
     Past an example's length its output is zero and its state is carried.
@@ -76,20 +76,20 @@ def run(weights, x, c0, m0, sequence_length=None, **options):
     Returns
     -------
     tuple
-        ``(outputs [T, B, P], c_final [B, H], m_final [B, P])``.
+        ``(outputs [T, B, P], c_final [B, H], h_final [B, P])``.
     """
     x = np.asarray(x, np.float64)
     c = np.asarray(c0, np.float64)
-    m = np.asarray(m0, np.float64)
+    h = np.asarray(h0, np.float64)
     steps, batch, _ = x.shape
     lengths = np.full(batch, steps) if sequence_length is None else np.asarray(sequence_length)
     outputs = []
     for t in range(steps):
-        c_new, m_new = step(weights, x[t], c, m, **options)
+        c_new, h_new = step(weights, x[t], c, h, **options)
         live = (t < lengths)[:, None]
         c = np.where(live, c_new, c)
-        m = np.where(live, m_new, m)
-        outputs.append(np.where(live, m_new, 0.0))
-    depth = m.shape[1]
+        h = np.where(live, h_new, h)
+        outputs.append(np.where(live, h_new, 0.0))
+    depth = h.shape[1]
     out = np.stack(outputs) if outputs else np.zeros((0, batch, depth))
-    return out, c, m
+    return out, c, h

@@ -1,4 +1,4 @@
-"""LSTMCell with GPU arrays: the CUDA kernels of nblstm.cuda_cell against the CPU path.
+"""LSTMCell with GPU arrays: the CUDA kernels of nblstm.cuda.cell against the CPU path.
 
 Runs in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) or on a GPU. The
 simulator runs every thread as a Python thread, so shapes are tiny; its tiles
