@@ -58,6 +58,8 @@ import nblstm  # noqa: E402
 from nblstm import convert, raw_ops, reference  # noqa: E402
 
 METADATA_KEY = "__metadata__"
+#: Exit status of ``--check --skip-other-environment`` when the environment differs (automake's "skipped").
+SKIPPED = 77
 F16, F32, F64 = np.float16, np.float32, np.float64
 
 # (T, B, I, H)
@@ -777,17 +779,28 @@ def use_saved_thread_count(saved_meta):
         )
 
 
-def compare(arrays, saved, saved_meta):
+#: What bitwise results depend on, of the metadata saved with a snapshot.
+ENVIRONMENT_KEYS = ("numba", "llvmlite", "numpy", "scipy", "cpu_name", "cpu_features", "numba_cuda")
+
+
+def environment_differences(saved_meta):
+    """How this environment differs from the one that saved the snapshot: a list of sentences (empty if none)."""
+    import numba
+
     if saved_meta is None:
-        print("warning: the snapshot has no metadata")
-    else:
-        here = metadata(saved_meta.get("cudasim", False))
-        for key in ("numba", "llvmlite", "numpy", "scipy", "cpu_name", "cpu_features", "numba_cuda"):
-            if saved_meta.get(key) != here.get(key):
-                print(
-                    f"warning: {key} differs from the snapshot's: {here.get(key)!r} here, saved "
-                    f"{saved_meta.get(key)!r} (bitwise results may differ for that reason alone)"
-                )
+        return ["the snapshot has no metadata"]
+    here = metadata(saved_meta.get("cudasim", False))
+    differences = [f"{key}: {here.get(key)!r} here, {saved_meta.get(key)!r} saved"
+                   for key in ENVIRONMENT_KEYS if saved_meta.get(key) != here.get(key)]
+    wanted = saved_meta.get("numba_threads", 1)
+    if not saved_meta.get("cudasim") and wanted > numba.config.NUMBA_NUM_THREADS:
+        differences.append(f"numba threads: at most {numba.config.NUMBA_NUM_THREADS} here, {wanted} saved")
+    return differences
+
+
+def compare(arrays, saved, saved_meta):
+    for difference in environment_differences(saved_meta):
+        print(f"warning: {difference} (bitwise results may differ for that reason alone)")
     mismatches = 0
     missing = sorted(set(saved) - set(arrays))
     extra = sorted(set(arrays) - set(saved))
@@ -833,6 +846,11 @@ def main(argv=None):
         action="store_true",
         help="run the GPU path in Numba's CUDA simulator (set before numba is imported)",
     )
+    parser.add_argument(
+        "--skip-other-environment",
+        action="store_true",
+        help=f"with --check: exit with {SKIPPED} (nothing computed) when the environment differs from the snapshot's",
+    )
     args = parser.parse_args(argv)
     if args.cudasim and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         parser.error("--cudasim must be given on the command line (the simulator is chosen at import)")
@@ -841,6 +859,10 @@ def main(argv=None):
         saved, saved_meta = load_snapshot(args.check)
         if saved_meta is not None and bool(saved_meta.get("cudasim")) != args.cudasim:
             parser.error(f"{args.check} was saved {'with' if saved_meta.get('cudasim') else 'without'} --cudasim")
+        differences = environment_differences(saved_meta)
+        if args.skip_other_environment and differences:
+            print("skipped: the snapshot was saved in another environment (" + "; ".join(differences) + ")")
+            return SKIPPED
         if not args.cudasim:  # the simulator runs no numba parallel regions
             use_saved_thread_count(saved_meta)
     start = time.perf_counter()
