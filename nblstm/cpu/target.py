@@ -15,12 +15,42 @@ from . import cell, fused, half
 from .blas import kernel_section
 from .partition import cell_chunk_bounds
 
-__all__ = ["CpuTarget", "to_compute", "to_storage"]
+__all__ = ["CpuTarget", "to_compute", "to_storage", "writable_alias"]
+
+
+class _Alias:
+    """The base of a writable view of a read-only array's memory; keeps that array alive."""
+
+    __slots__ = ("__array_interface__", "_array")
+
+    def __init__(self, array):
+        self._array = array
+        interface = dict(array.__array_interface__)
+        interface["data"] = (interface["data"][0], False)
+        self.__array_interface__ = interface
+
+
+def writable_alias(a):
+    """``a`` itself, or for a read-only array a writable view of the same memory, never written.
+
+    Numba types a read-only array apart from a writable one, so each kernel
+    would compile a second time (10 s for the fused forward) for a
+    memory-mapped file, an ``np.broadcast_to`` result or a frozen weight. The
+    kernels never write their inputs: they get the same memory as a writable
+    array of the same layout (no copy; about 2 us).
+    """
+    if a.flags.writeable:
+        return a
+    return np.asarray(_Alias(a))
 
 
 def to_compute(a, dtype):
-    """``a`` in the compute dtype: no copy when it has it; float16 by :mod:`nblstm.cpu.half`."""
-    if a is None or a.dtype == dtype:
+    """``a`` in the compute dtype, writable (:func:`writable_alias`): no copy when it has it; float16 by
+    :mod:`nblstm.cpu.half`."""
+    if a is None:
+        return a
+    a = writable_alias(a)
+    if a.dtype == dtype:
         return a
     if a.dtype == np.float16 and dtype == np.float32:
         return half.to_float32(a)
@@ -138,7 +168,7 @@ def _packed_weights(weights, cache, ct, input_depth, batch):
     key = ("cpu", ct.str, cell_chunk_bounds(max(batch, 1), units).tobytes())
     packed = cache.get(key)
     if packed is None:
-        converted = {k: np.ascontiguousarray(a, ct) for k, a in weights.items()}
+        converted = {k: writable_alias(np.ascontiguousarray(a, ct)) for k, a in weights.items()}
         packed = cache[key] = cell.PackedWeights(converted, input_depth, batch)
     return packed
 
