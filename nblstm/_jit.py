@@ -3,7 +3,8 @@
 ``error_model="numpy"``: without Python's division-by-zero checks LLVM
 vectorizes the loops (IEEE results, no exceptions). ``cache=True``: numba's
 on-disk cache, so that a later process loads the machine code instead of
-compiling it again.
+compiling it again. ``nogil=True``: the kernels' workers run at once on
+several Python threads (:mod:`nblstm.cpu.threads`).
 
 Three sets, by what the code may let LLVM do with its arithmetic and where it is compiled:
 
@@ -25,8 +26,8 @@ Three sets, by what the code may let LLVM do with its arithmetic and where it is
 __all__ = ["EXACT", "GATE_MATHS", "KERNEL"]
 
 #: Kernels with gate maths: multiply-adds may be contracted into FMAs.
-KERNEL = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}}
+KERNEL = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}, "nogil": True}
 #: The micro-kernel and the float16 conversions: IEEE arithmetic as written.
-EXACT = {"cache": True, "error_model": "numpy"}
+EXACT = {"cache": True, "error_model": "numpy", "nogil": True}
 #: The activations of nblstm.spec: no division checks; compiled into their callers on both targets.
 GATE_MATHS = {"error_model": "numpy"}

@@ -25,14 +25,15 @@ from nblstm.cpu import microkernel as mk
 from nblstm.cpu import pool as _pool
 from tests.helpers import make_problem
 
-# Index arrays, named tuples, small vectors, and the padding of the 64-byte
-# aligned arrays (nblstm.cpu.pool.aligned: outputs, packed weights, workspaces).
-SLACK = 16 * 1024 + 8 * _pool.ALIGNMENT
+# Index arrays, named tuples, small vectors, the padding of the 64-byte
+# aligned arrays (nblstm.cpu.pool.aligned: outputs, packed weights, workspaces)
+# and the workers' argument tuples (nblstm.cpu.threads).
+SLACK = 20 * 1024 + 8 * _pool.ALIGNMENT
 
 
 def _step_counters(steps):
     """Bytes of the time loop's claim and done counters (nblstm.cpu.sync)."""
-    return steps * (numba.get_num_threads() + 1) * 8
+    return (steps + 1) * (numba.get_num_threads() + 1) * 8
 
 
 def _peak(fn):

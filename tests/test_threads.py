@@ -1,9 +1,9 @@
 """Calls from many Python threads at once, determinism, and memory use over many calls.
 
-numba's parallel regions are safe to enter from several Python threads with
-the ``omp`` and ``tbb`` threading layers; the ``workqueue`` layer aborts the
-process when two threads launch parallel regions at once, so the concurrency
-tests are skipped under it (see the docs: robustness).
+The kernels' workers (:mod:`nblstm.cpu.threads`) may be started from several
+Python threads at once: one call uses the helper threads at a time, the others
+run their workers one after the other in their own thread, with the same
+results.
 """
 
 import gc
@@ -58,16 +58,6 @@ def assert_identical(got, expected, what):
         assert np.array_equal(g, e, equal_nan=True), f"{what}: result {k} differs"
 
 
-@pytest.fixture(scope="module")
-def threading_layer():
-    """numba's threading layer, after one parallel region has been launched."""
-    run_job(("sequence", CHUNKED, np.float64, 0))
-    try:
-        return numba.threading_layer()
-    except ValueError:  # no parallel region launched (one thread): nothing to be unsafe
-        return None
-
-
 @pytest.fixture
 def restore_num_threads():
     n = numba.get_num_threads()
@@ -79,9 +69,7 @@ def scipy_blas_threads():
     return [info["num_threads"] for info in _blas.blas_info()]
 
 
-def test_concurrent_calls_from_eight_threads_match_sequential_calls(threading_layer):
-    if threading_layer == "workqueue":
-        pytest.skip("numba's workqueue threading layer aborts on concurrent parallel regions")
+def test_concurrent_calls_from_eight_threads_match_sequential_calls():
     blas_before = scipy_blas_threads()
     expected = [run_job(job) for job in JOBS]
     main_threads = numba.get_num_threads()
@@ -103,10 +91,8 @@ def test_concurrent_calls_from_eight_threads_match_sequential_calls(threading_la
     assert scipy_blas_threads() == blas_before, "single_threaded_blas did not restore SciPy's BLAS threads"
 
 
-def test_threads_with_different_numba_thread_counts(threading_layer, restore_num_threads):
+def test_threads_with_different_numba_thread_counts(restore_num_threads):
     """Each Python thread's numba thread count is its own; results follow that count only."""
-    if threading_layer == "workqueue":
-        pytest.skip("numba's workqueue threading layer aborts on concurrent parallel regions")
     counts = sorted({1, restore_num_threads})
     job = ("sequence", CHUNKED, np.float32, 7)
     expected = {}
@@ -266,11 +252,11 @@ def _claim_round(claims, done, stage, worker, num_chunks, held):
 
 def test_claimed_chunks_own_chunk_first_then_the_rest_once():
     num_chunks, stages = 5, 3
-    claims, done = np.zeros(stages * num_chunks, np.int64), np.zeros(stages, np.int64)
+    claims, done = _sync.counters(stages, num_chunks)
     order, done_before = _claim_round(claims, done, 1, 2, num_chunks, False)
     assert order.tolist() == [2, 3, 4, 0, 1]
     assert done_before.tolist() == [0, 1, 2, 3, 4], "a chunk is counted done only after the caller ran it"
-    assert done.tolist() == [0, 5, 0] and claims.reshape(stages, num_chunks)[1].tolist() == [1] * num_chunks
+    assert done.tolist() == [0, 5, 0, 0] and claims.reshape(stages, num_chunks)[1].tolist() == [1] * num_chunks
     order, _ = _claim_round(claims, done, 1, 0, num_chunks, False)
     assert order.size == 0 and done[1] == 5, "every chunk of the stage was taken: another worker gets none"
     # Worker 3 claimed its own chunk of stage 2 ahead (held); worker 0 took chunk 4 meanwhile.

@@ -1,17 +1,15 @@
 """Control of the BLAS library that numba's jitted ``np.dot`` calls.
 
 Numba's ``np.dot`` calls SciPy's bundled OpenBLAS, a different library from
-NumPy's. The CPU kernels call it from inside numba's parallel regions, one
+NumPy's. The CPU kernels call it from their worker threads, one
 single-threaded GEMM per thread: a multi-threaded BLAS there would fight
-numba's own threads for the same cores (40-100x slowdowns measured: :ref:`design-threads`).
+the workers for the same cores (40-100x slowdowns measured: :ref:`design-threads`).
 :func:`single_threaded_blas` holds SciPy's BLAS to one thread for the duration
 of a kernel and restores the caller's setting afterwards; :class:`kernel_section`
 is what every kernel call runs inside.
 """
 
 import threading
-
-import numba
 
 __all__ = ["blas_info", "kernel_section", "single_threaded_blas"]
 
@@ -111,35 +109,19 @@ def blas_info():
     return [lib.info() for lib in _scipy_blas_controllers()]
 
 
-_workqueue_lock = threading.RLock()  # kernel sections nest (a pack inside a forward)
-
-
 class kernel_section:  # noqa: N801 (used like a function: ``with kernel_section():``)
-    """What every kernel call runs inside: SciPy's BLAS on one thread, and a
-    lock when numba's threading layer is ``workqueue``, which is not safe for
-    parallel regions entered from several Python threads at once (``omp`` and
-    ``tbb`` are). Before the first parallel region the layer is not chosen
-    yet, so that call takes the lock too.
+    """What every kernel call runs inside: SciPy's BLAS on one thread.
 
     A class rather than a generator-based context manager: it is entered on
     every kernel call, and this costs a third of the time.
     """
 
-    __slots__ = ("_lock",)
+    __slots__ = ()
 
     def __enter__(self):
-        try:
-            serial = numba.threading_layer() == "workqueue"
-        except ValueError:
-            serial = True
         _SINGLE_THREADED_BLAS.__enter__()
-        self._lock = _workqueue_lock if serial else None
-        if serial:
-            _workqueue_lock.acquire()
         return self
 
     def __exit__(self, *exc_info):
-        if self._lock is not None:
-            self._lock.release()
         _SINGLE_THREADED_BLAS.__exit__(*exc_info)
         return False

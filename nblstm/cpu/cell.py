@@ -51,12 +51,12 @@ the packed arrays.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._jit import KERNEL
 from ..options import clip_scalars
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
-from . import microkernel, pool, sync
+from . import microkernel, pool, sync, threads
 from .blas import kernel_section
 from .fused import weight_grads_block as fused_weight_grads_block
 from .gemm import gemm_rows, gemm_tn
@@ -152,8 +152,8 @@ def _forward_units(t, u0, u1, col0, col1, gates, bias, c0, h0, w_rec, work, leng
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
     h_src = h0 if t == 0 else h_[t - 1]
-    microkernel.gemm_panels(h_src.reshape(-1), 0, depth, batch, w_rec, depth * col0, depth,
-                             width // microkernel.panel_width_of(w_rec), work, batch * col0, width)
+    microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), depth, batch, w_rec, depth * col0, depth,
+                             width // microkernel.panel_width_of(w_rec), work, batch * col0, width, np.bool_(False))
     if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
         _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
                       0, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_)
@@ -185,7 +185,6 @@ def _forward_proj(t, p0, p1, r_, h0, w_proj, work, lengths, proj_clip, proj_clip
                 h_r[jj] = h_src[jj]
 
 
-@njit(parallel=True, **KERNEL)
 def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
                    forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj, work,
                    proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_):
@@ -238,49 +237,49 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
         Output: the carried output state ``h``. Without a projection it is
         the same array as ``r_``.
     """
+    # Stage 0 is the input projection (its row blocks), stage 1 + 2 t the
+    # units of step t, stage 2 + 2 t its projection (every unit's r first).
+    # The workers compile as serial code (nblstm.cpu.threads).
+    num_chunks = len(bounds) - 1
+    blocks = len(rows) - 1
+    steps = gates.shape[0]
+    claims, done = sync.counters(2 * steps + 1, max(num_chunks, blocks))
+    threads.run(forward_worker, (claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
+                                 proj_bounds, lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, proj_clip,
+                                 proj_clip_on, act, use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_,
+                                 r_, h_raw_, h_), max(num_chunks, blocks))
+
+
+@njit(**KERNEL)
+def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds,
+                   lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act,
+                   use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_):
+    """Worker ``w``'s part of :func:`forward_kernel`: the chunks it claims (:mod:`nblstm.cpu.sync`); workers past
+    the last chunk only help with the input projection."""
     one = gates.dtype.type(1.0)
     fb = gates.dtype.type(forget_bias)
     clip = gates.dtype.type(cell_clip)
     pclip = gates.dtype.type(proj_clip)
     steps, batch, four_units = gates.shape
-    units = c0.shape[1]
-    depth = h0.shape[1]
     pre2d = gates.reshape((steps * batch, four_units))
-    # The one-block paths pass int64 values, never literals (``lo`` is 0, block
-    # ``rows.shape[0] - 2`` is block 0): a literal argument would compile each
-    # helper a second time, for that constant.
-    lo = bounds[0]
-    if rows.shape[0] == 2:  # one block: no parallel region (each costs a barrier)
-        gemm_rows(x2d, w_x, pre2d, rows, rows.shape[0] - 2)
-    else:
-        for r in prange(rows.shape[0] - 1):
-            gemm_rows(x2d, w_x, pre2d, rows, np.int64(r))  # not prange's unsigned index: one compile
+    for r in sync.claimed_chunks(claims, done, 0, w, rows.shape[0] - 1, False):
+        gemm_rows(x2d, w_x, pre2d, rows, r)
+    sync.wait_for(done, 0, rows.shape[0] - 1)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1  # <= num_chunks
-    if num_chunks == 1:
-        for t in range(steps):
-            _forward_units(t, lo, units, rec_off[0], rec_off[1], gates, bias, c0, h0, w_rec, work, lengths, w_i, w_f,
-                           w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_)
-            if has_proj:
-                _forward_proj(t, lo, depth, r_, h0, w_proj, proj_work, lengths, pclip, proj_clip_on, h_raw_, h_)
+    if w >= num_chunks:
         return
-    # Every step in one parallel region (nblstm.cpu.sync): stage 2 t is the
-    # units of step t, stage 2 t + 1 its projection (every unit's r first).
-    claims = np.zeros(2 * steps * num_chunks, np.int64)
-    done = np.zeros(2 * steps, np.int64)
-    for worker in prange(num_chunks):
-        w = np.int64(worker)
-        for t in range(steps):
-            for k in sync.claimed_chunks(claims, done, 2 * t, w, num_chunks, False):
-                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, h0, w_rec,
-                               work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one,
-                               c_raw_, c_, ac_, r_, h_)
-            sync.wait_for(done, 2 * t, num_chunks)
-            if has_proj:
-                for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_proj_chunks, False):
-                    _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, h0, w_proj, proj_work, lengths, pclip,
-                                  proj_clip_on, h_raw_, h_)
-                sync.wait_for(done, 2 * t + 1, num_proj_chunks)
+    for t in range(steps):
+        for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
+            _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, h0, w_rec, work,
+                           lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_,
+                           ac_, r_, h_)
+        sync.wait_for(done, 2 * t + 1, num_chunks)
+        if has_proj:
+            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
+                _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, h0, w_proj, proj_work, lengths, pclip,
+                              proj_clip_on, h_raw_, h_)
+            sync.wait_for(done, 2 * t + 2, num_proj_chunks)
 
 
 # ---------------------------------------------------------------------------
@@ -308,7 +307,7 @@ def _backward_h(t, p0, p1, col0, col1, dgates, w_rec_t, work, lengths, d_out, h_
     if t + 1 < steps:  # on the micro-kernel's panels (PackedWeights)
         microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, w_rec_t,
                                  four_units * col0, four_units, width // microkernel.panel_width_of(w_rec_t),
-                                 work, batch * col0, width)
+                                 work, batch * col0, width, np.bool_(False))
     for b in range(batch):
         dh_r = dh[b, p0:p1]
         if t + 1 < lengths[b]:
@@ -399,7 +398,6 @@ def _backward_units(t, u0, u1, c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, leng
                        use_peepholes, one, dgates, dc, w_i_grad, w_f_grad, w_o_grad)
 
 
-@njit(parallel=True, **KERNEL)
 def backward_kernel(c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t, proj_bounds, lengths,
                     w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj,
                     work, proj_work, dgates, dh_raw, dc, dh, w_i_grad, w_f_grad, w_o_grad):
@@ -448,49 +446,44 @@ def backward_kernel(c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds,
     w_i_grad, w_f_grad, w_o_grad : [H] arrays, zero on entry
         Output: peephole gradients (accumulated only with ``use_peepholes``).
     """
+    # With a projection, stage 2 t + 2 is the h-gradient columns of step t and
+    # stage 2 t + 1 its units (they need every column). Without one, unit j's
+    # output is column j of h: both phases of a chunk touch only its own
+    # columns, in stage 2 t + 1. Stage 0 is the gradient of h0 (t = -1).
+    num_chunks = len(bounds) - 1
+    claims, done = sync.counters(2 * dgates.shape[0] + 1, num_chunks)
+    threads.run(backward_worker, (claims, done, c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t,
+                                  proj_bounds, lengths, w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on,
+                                  act, use_peepholes, has_proj, work, proj_work, dgates, dh_raw, dc, dh, w_i_grad,
+                                  w_f_grad, w_o_grad), num_chunks)
+
+
+@njit(**KERNEL)
+def backward_worker(w, claims, done, c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t,
+                    proj_bounds, lengths, w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act,
+                    use_peepholes, has_proj, work, proj_work, dgates, dh_raw, dc, dh, w_i_grad, w_f_grad, w_o_grad):
+    """Worker ``w``'s part of :func:`backward_kernel`: the chunks it claims (:mod:`nblstm.cpu.sync`)."""
     one = dgates.dtype.type(1.0)
     clip = dgates.dtype.type(cell_clip)
     pclip = dgates.dtype.type(proj_clip)
-    units = c0.shape[1]
-    depth = dh.shape[1]
-    lo = bounds[0]  # 0, as an int64 (see forward_kernel)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
     steps = dgates.shape[0]
-    # After step 0, the gradient of h0 from its gate gradients (``t = -1``).
-    if num_chunks == 1:
-        for t in range(steps - 1, -2, -1):
-            _backward_h(t, lo, depth, rt_off[0], rt_off[1], dgates, w_rec_t, proj_work, lengths, d_out, h_raw_,
-                        pclip, proj_clip_on, has_proj, one, dh, dh_raw)
-            if t >= 0:
-                _backward_units(t, lo, units, c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                                clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc, w_i_grad, w_f_grad,
-                                w_o_grad)
-        return
-    # One parallel region for all steps (nblstm.cpu.sync). With a projection,
-    # stage 2 t + 2 is the h-gradient columns of step t and stage 2 t + 1
-    # its units (they need every column). Without one, unit j's output is
-    # column j of h: both phases of a chunk touch only its own columns, in
-    # stage 2 t + 1. Stage 0 is the gradient of h0 (t = -1).
-    claims = np.zeros((2 * steps + 1) * num_chunks, np.int64)
-    done = np.zeros(2 * steps + 1, np.int64)
-    for worker in prange(num_chunks):
-        w = np.int64(worker)
-        for t in range(steps - 1, -2, -1):
-            if has_proj or t < 0:
-                for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
-                    _backward_h(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
-                                proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
-                sync.wait_for(done, 2 * t + 2, num_proj_chunks)
-            if t >= 0:
-                for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
-                    if not has_proj:
-                        _backward_h(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
-                                    proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
-                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths,
-                                    w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc,
-                                    w_i_grad, w_f_grad, w_o_grad)
-                sync.wait_for(done, 2 * t + 1, num_chunks)
+    for t in range(steps - 1, -2, -1):
+        if has_proj or t < 0:
+            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
+                _backward_h(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
+                            proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+            sync.wait_for(done, 2 * t + 2, num_proj_chunks)
+        if t >= 0:
+            for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
+                if not has_proj:
+                    _backward_h(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t, proj_work,
+                                lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+                _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths,
+                                w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc, w_i_grad,
+                                w_f_grad, w_o_grad)
+            sync.wait_for(done, 2 * t + 1, num_chunks)
 
 
 @njit(**KERNEL)
@@ -509,7 +502,6 @@ def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, c
         gemm_tn(r2d[:, p0:p1], dh2d, d_proj[p0:p1], False)
 
 
-@njit(parallel=True, **KERNEL)
 def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows, perm, has_proj,
                         dx2d, packed_grad, packed_b, d_kernel, d_bias, d_proj):
     """The GEMMs after the backward loop, split across threads as the fused ops' (no partial sums).
@@ -552,15 +544,14 @@ def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_
     d_proj : [H, P] array
         Output ``r^T @ dh2d`` (written only with a projection).
     """
-    num_blocks = x_rows.shape[0] - 1
-    if num_blocks == 1:  # no parallel region (each costs a barrier)
-        _weight_grads_block(num_blocks - 1, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows,
-                            has_proj, dx2d, packed_grad, packed_b, d_proj)
-    else:
-        for k in prange(num_blocks):
-            _weight_grads_block(np.int64(k), x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks,
-                                proj_rows, has_proj, dx2d, packed_grad, packed_b, d_proj)
-    # Unpack the columns to ICFO.
+    threads.run(_weight_grads_block, (x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows,
+                                      has_proj, dx2d, packed_grad, packed_b, d_proj), len(x_rows) - 1)
+    _unpack_columns(packed_grad, packed_b, perm, d_kernel, d_bias)
+
+
+@njit(**KERNEL)
+def _unpack_columns(packed_grad, packed_b, perm, d_kernel, d_bias):
+    """The kernel and bias gradients from packed columns to ICFO: packed column ``c`` is column ``perm[c]``."""
     for row in range(d_kernel.shape[0]):
         out = d_kernel[row]
         src = packed_grad[row]

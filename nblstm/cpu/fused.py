@@ -47,13 +47,14 @@ below ``seq_len_max`` and the drivers zero the rest.
 
 import threading
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._jit import KERNEL
 from ..options import clip_scalars
 from ..spec import backward_unit, forward_unit
-from . import microkernel, pool, sync
+from . import microkernel, pool, sync, threads
 from .blas import kernel_section
 from .gemm import gemm_rows, gemm_tn
 from .pack import gate_weights, pack_chunks, pack_recurrent
@@ -121,7 +122,7 @@ def _input_part(t, k, col_off, x2d, w_x, work, batch):
     col0 = col_off[k]
     width = col_off[k + 1] - col0
     microkernel.gemm_panels(x2d.reshape(-1), t * batch * inputs, inputs, batch, w_x, inputs * col0, inputs,
-                             width // microkernel.panel_width_of(w_x), work, batch * col0, width)
+                             width // microkernel.panel_width_of(w_x), work, batch * col0, width, np.bool_(False))
 
 
 # Inlined into the time loop: as a call, its ~25 array arguments (each
@@ -150,7 +151,8 @@ def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_pre
     panels = width // microkernel.panel_width_of(w_rec)
     if fused and not x_ready:
         _input_part(t, k, col_off, x2d, w_x, work, batch)
-    microkernel.gemm_panels(h_src.reshape(-1), 0, units, batch, w_rec, units * col0, units, panels, work,
+    # Offsets and flags as int64 and bool values, never literals: each literal would compile the micro-kernel again.
+    microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), units, batch, w_rec, units * col0, units, panels, work,
                              batch * col0, width, fused)
     if not fused:  # add the input projection
         for b in range(batch):
@@ -191,7 +193,6 @@ def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_pre
             h_r[j] = h
 
 
-@njit(parallel=True, **KERNEL)
 def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows,
                    parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, work,
                    out):
@@ -240,6 +241,35 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     out : [7, T, B, H] C-contiguous array, T >= S
         Outputs ``i, cs, f, o, ci, co, h``, written for the first ``S`` steps.
     """
+    # The workers compile as serial code (nblstm.cpu.threads); one worker runs
+    # on the calling thread alone.
+    num_chunks = len(bounds) - 1
+    steps = x2d.shape[0] // cs_prev.shape[0]
+    tasks = 0 if fused else 4 * (len(rows) - 1)
+    workers = num_chunks
+    if parallel_projection and tasks:
+        workers = max(workers, min(tasks, numba.get_num_threads()))
+    claims, done = sync.counters(steps + 1, max(num_chunks, tasks))
+    threads.run(forward_worker, (claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off,
+                                 rows, parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on,
+                                 use_peephole, work, out), workers)
+
+
+@njit(**KERNEL)
+def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows,
+                   parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, work,
+                   out):
+    """Worker ``w``'s part of :func:`forward_kernel` (``claims, done``: :func:`nblstm.cpu.sync.counters` of
+    ``S + 1`` stages: the input projection, then the steps).
+
+    Worker ``w`` takes chunk ``w`` of each step, then any chunk still
+    unclaimed, and waits for the whole step before the next
+    (:mod:`nblstm.cpu.sync`). With the fused projection, when it did its own
+    chunk (whose workspace nobody else then uses), it claims that chunk of
+    the next step before waiting, and computes its ``x_{t+1} @ w_x``, which
+    does not need ``h_t``, while the other chunks finish. Workers past the
+    last chunk only help with the input projection.
+    """
     i_, cs_, f_, o_, ci_, co_, h_ = out[0], out[1], out[2], out[3], out[4], out[5], out[6]
     one = cs_.dtype.type(1.0)
     fb = cs_.dtype.type(forget_bias)
@@ -247,46 +277,30 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     batch, units = cs_prev.shape
     steps = x2d.shape[0] // batch
     total = i_.shape[0] * batch
+    stride = claims.shape[0] // (done.shape[0] - 1)
     pre = (i_.reshape((total, units)), ci_.reshape((total, units)), f_.reshape((total, units)),
            o_.reshape((total, units)))
-    # Helpers get int64 indices and bounds, never literals or prange's
-    # unsigned index: each distinct argument type would compile them again.
     tasks = 0 if fused else 4 * (rows.shape[0] - 1)
-    if parallel_projection and tasks:
-        for k in prange(tasks):
-            _input_projection(x2d, w_in, pre, rows, np.int64(k))
-    else:  # small: no parallel region (each costs a barrier)
-        for k in range(tasks):
-            _input_projection(x2d, w_in, pre, rows, k)
+    if tasks:  # stage 0, the input projection: on worker 0 alone when it is small
+        if parallel_projection or w == 0:
+            for k in sync.claimed_chunks(claims, done, 0, w, tasks, False):
+                _input_projection(x2d, w_in, pre, rows, k)
+        sync.wait_for(done, 0, tasks)
     num_chunks = bounds.shape[0] - 1
-    if num_chunks == 1:
-        for t in range(steps):
-            _forward_chunk(t, num_chunks - 1, bounds, col_off, fused, False, x2d, w_x, bias, cs_prev, h_prev, w_rec,
-                           blocks, work, wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_,
-                           h_)
+    if w >= num_chunks:
         return
-    # Every step in one parallel region (nblstm.cpu.sync): worker w takes chunk
-    # w of each step, then any chunk still unclaimed, and waits for the
-    # whole step before the next. With the fused projection, when it did
-    # its own chunk (whose workspace nobody else then uses), it claims that
-    # chunk of the next step before waiting, and computes its x_{t+1} @ w_x,
-    # which does not need h_t, while the other chunks finish.
-    claims = np.zeros(steps * num_chunks, np.int64)
-    done = np.zeros(steps, np.int64)
-    for worker in prange(num_chunks):
-        w = np.int64(worker)
-        x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
-        for t in range(steps):
-            own_done = False
-            for k in sync.claimed_chunks(claims, done, t, w, num_chunks, x_ready):
-                mine = x_ready and k == w
-                _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work,
-                               wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
-                own_done = own_done or k == w
-            x_ready = fused and own_done and t + 1 < steps and sync.claim(claims, t + 1, w, num_chunks)
-            if x_ready:
-                _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
-            sync.wait_for(done, t, num_chunks)
+    x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
+    for t in range(steps):
+        own_done = False
+        for k in sync.claimed_chunks(claims, done, t + 1, w, num_chunks, x_ready):
+            mine = x_ready and k == w
+            _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work,
+                           wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+            own_done = own_done or k == w
+        x_ready = fused and own_done and t + 1 < steps and sync.claim(claims, t + 2, w, stride)
+        if x_ready:
+            _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
+        sync.wait_for(done, t + 1, num_chunks)
 
 
 @njit(inline="always", **KERNEL)  # inlined, as _forward_chunk
@@ -305,7 +319,8 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
         dhk[:] = 0
     else:  # dh = dgates[t + 1] @ w_rec[u0:u1]^T, on the packed transposes
         microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * gates, gates, batch, w_rec_t, gates * col0, gates,
-                                 width // microkernel.panel_width_of(w_rec_t), work, batch * col0, width)
+                                 width // microkernel.panel_width_of(w_rec_t), work, batch * col0, width,
+                                 np.bool_(False))
     # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
     pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
     gi_, gf_, go_ = wci_grad[u0:u1], wcf_grad[u0:u1], wco_grad[u0:u1]
@@ -340,7 +355,6 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
                 go_[j] += dgo[j] * cs_r[j]
 
 
-@njit(parallel=True, **KERNEL)
 def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, col_off, blocks, wci, wcf,
                     wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
     """The time loop of the backward pass, steps ``S - 1 .. 0``.
@@ -370,26 +384,25 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
     wci_grad, wcf_grad, wco_grad : [H] arrays, zero on entry
         Accumulated peephole gradients.
     """
+    num_chunks = len(bounds) - 1
+    claims, done = sync.counters(dgates.shape[0], num_chunks)
+    threads.run(backward_worker, (claims, done, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds,
+                                  col_off, blocks, wci, wcf, wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad,
+                                  wco_grad), num_chunks)
+
+
+@njit(**KERNEL)
+def backward_worker(w, claims, done, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, col_off,
+                    blocks, wci, wcf, wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
+    """Worker ``w``'s part of :func:`backward_kernel`: the steps' chunks it claims (:mod:`nblstm.cpu.sync`)."""
     one = dgates.dtype.type(1.0)
     num_chunks = bounds.shape[0] - 1
-    steps = dgates.shape[0]
-    if num_chunks == 1:
-        for t in range(steps - 1, -1, -1):
-            _backward_chunk(t, num_chunks - 1, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad,
-                            w_rec_t, blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad,
-                            wcf_grad, wco_grad)
-        return
-    # One parallel region for all steps, as the forward (nblstm.cpu.sync).
-    claims = np.zeros(steps * num_chunks, np.int64)
-    done = np.zeros(steps, np.int64)
-    for worker in prange(num_chunks):
-        w = np.int64(worker)
-        for t in range(steps - 1, -1, -1):
-            for k in sync.claimed_chunks(claims, done, t, w, num_chunks, False):
-                _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
-                                blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
-                                wco_grad)
-            sync.wait_for(done, t, num_chunks)
+    for t in range(dgates.shape[0] - 1, -1, -1):
+        for k in sync.claimed_chunks(claims, done, t, w, num_chunks, False):
+            _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
+                            blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
+                            wco_grad)
+        sync.wait_for(done, t, num_chunks)
 
 
 @njit(**KERNEL)
@@ -423,7 +436,6 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_bl
             bk[c] += dr[c]
 
 
-@njit(parallel=True, **KERNEL)
 def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
                         h_prev_grad):
     """The GEMMs after the backward loop, split across threads: ``x_grad`` by rows of
@@ -457,17 +469,17 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows,
     h_prev_grad : [B, H] array
         Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
     """
-    num_blocks = x_rows.shape[0] - 1
-    # int64 block indices, never a literal 0 or prange's unsigned index: each
-    # distinct argument type would compile the helper again.
-    if num_blocks == 1:  # no parallel region (each costs a barrier)
-        weight_grads_block(num_blocks - 1, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d,
-                            w_grad, b_grad)
-    else:
-        for k in prange(num_blocks):
-            weight_grads_block(np.int64(k), x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d,
-                                w_grad, b_grad)
-    np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
+    threads.run(weight_grads_worker, (x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d,
+                                      w_grad, b_grad, h_prev_grad), len(x_rows) - 1)
+
+
+@njit(**KERNEL)
+def weight_grads_worker(k, x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad,
+                        b_grad, h_prev_grad):
+    """Block ``k`` of :func:`weight_grads_kernel` (:func:`weight_grads_block`); block 0 also ``h_prev_grad``."""
+    weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad)
+    if k == 0:
+        np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
 
 
 def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):

@@ -1,4 +1,4 @@
-"""float16 <-> float32 conversion on the CPU, in parallel jitted loops.
+"""float16 <-> float32 conversion on the CPU, in jitted loops on several threads (:mod:`nblstm.cpu.threads`).
 
 Numba's CPU target has no float16 type, so the kernels compute float16
 problems in float32. NumPy's own ``astype`` between the two runs at about
@@ -14,10 +14,12 @@ conversions cost more than the LSTM itself; these loops work on the bits
   its payload (and staying NaN).
 """
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._jit import EXACT
+from . import threads
 
 __all__ = ["to_float16", "to_float32"]
 
@@ -41,18 +43,13 @@ def _bits_to_float(bits, table, out, start, stop):
         dst[k] = table[src[k]]
 
 
-@njit(parallel=True, **EXACT)
-def _to_float32(bits, table, out):
-    """``out[k] = float32(float16 with bits[k])`` for flat ``bits: [N] uint16``, ``out: [N] float32``."""
+@njit(**EXACT)
+def _to_float32(w, workers, bits, table, out):
+    """Worker ``w``'s blocks of ``out[k] = float32(float16 with bits[k])`` (flat ``bits: [N] uint16``,
+    ``out: [N] float32``)."""
     n = bits.shape[0]
-    blocks = (n + _BLOCK - 1) // _BLOCK
-    lo = n - n  # 0 as an int64: a literal 0, or prange's unsigned index, would compile the helper again
-    if blocks <= 1:
-        _bits_to_float(bits, table, out, lo, n)
-    else:
-        for b in prange(blocks):
-            start = lo + b * _BLOCK
-            _bits_to_float(bits, table, out, start, min(n, start + _BLOCK))
+    for start in range(w * _BLOCK, n, workers * _BLOCK):
+        _bits_to_float(bits, table, out, start, min(n, start + _BLOCK))
 
 
 @njit(**EXACT)
@@ -82,18 +79,18 @@ def _float_to_bits(values, value_bits, out, start, stop):
         dst[k] = np.uint16(sign | h)
 
 
-@njit(parallel=True, **EXACT)
-def _to_float16(values, value_bits, out):
-    """``out[k]`` = the bits of ``float16(values[k])``; ``value_bits`` is ``values`` viewed as uint32."""
+@njit(**EXACT)
+def _to_float16(w, workers, values, value_bits, out):
+    """Worker ``w``'s blocks of ``out[k]`` = the bits of ``float16(values[k])`` (``value_bits``: ``values``
+    viewed as uint32)."""
     n = values.shape[0]
-    blocks = (n + _BLOCK - 1) // _BLOCK
-    lo = n - n  # 0 as an int64 (see _to_float32)
-    if blocks <= 1:
-        _float_to_bits(values, value_bits, out, lo, n)
-    else:
-        for b in prange(blocks):
-            start = lo + b * _BLOCK
-            _float_to_bits(values, value_bits, out, start, min(n, start + _BLOCK))
+    for start in range(w * _BLOCK, n, workers * _BLOCK):
+        _float_to_bits(values, value_bits, out, start, min(n, start + _BLOCK))
+
+
+def _workers(n):
+    """Threads for ``n`` elements: one per block of :data:`_BLOCK`, at most :func:`numba.get_num_threads`."""
+    return max(1, min(numba.get_num_threads(), -(-n // _BLOCK)))
 
 
 def to_float32(a):
@@ -101,7 +98,9 @@ def to_float32(a):
     a = np.ascontiguousarray(a)
     out = np.empty(a.shape, np.float32)
     if a.size:
-        _to_float32(a.reshape(-1).view(np.uint16), _half_to_float_table(), out.reshape(-1))
+        workers = _workers(a.size)
+        threads.run(_to_float32, (workers, a.reshape(-1).view(np.uint16), _half_to_float_table(), out.reshape(-1)),
+                    workers)
     return out
 
 
@@ -111,5 +110,6 @@ def to_float16(a):
     out = np.empty(a.shape, np.float16)
     if a.size:
         flat = a.reshape(-1)
-        _to_float16(flat, flat.view(np.uint32), out.reshape(-1).view(np.uint16))
+        workers = _workers(a.size)
+        threads.run(_to_float16, (workers, flat, flat.view(np.uint32), out.reshape(-1).view(np.uint16)), workers)
     return out

@@ -6,11 +6,12 @@ chunk's rows transposed. :mod:`nblstm.cpu.partition` says where each chunk
 starts (:func:`~nblstm.cpu.partition.column_offsets`).
 """
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._jit import KERNEL
-from . import microkernel, pool
+from . import microkernel, pool, threads
 from .partition import MIN_PARALLEL_PACK
 
 __all__ = ["gate_weights", "pack_chunks", "pack_recurrent"]
@@ -64,37 +65,41 @@ def _pack_chunk(w_rec, bounds, col_off, packed, k, transposed):
         _pack_forward_chunk(w_rec, bounds, col_off, packed, k)
 
 
-@njit(parallel=True, **KERNEL)
 def pack_chunks(w_rec, bounds, col_off, packed, transposed, parallel):
     """Pack every chunk's recurrent weights in the micro-kernel's panels, one task per chunk.
 
     ``transposed=False``: the forward's operand, chunk ``k``'s ``4 * uk``
     columns at ``H * col_off[k]`` (:func:`pack_recurrent`).
     ``transposed=True``: the backward's, ``w_rec[u0:u1].T`` (``[4H, uk]``) at
-    ``4H * col_off[k]`` (:func:`~nblstm.cpu.partition.column_offsets` with ``per_unit = 1``), for
-    ``dh = dgates @ w_rec^T``.
+    ``4H * col_off[k]`` (:func:`~nblstm.cpu.partition.column_offsets` with ``per_unit = 4``), for
+    ``dh = dgates @ w_rec^T``. ``parallel``: the chunks on up to :func:`numba.get_num_threads` threads.
     """
-    chunks = bounds.shape[0] - 1
-    if parallel:
-        for k in prange(chunks):
-            _pack_chunk(w_rec, bounds, col_off, packed, np.int64(k), transposed)
-    else:
-        for k in range(chunks):
-            _pack_chunk(w_rec, bounds, col_off, packed, np.int64(k), transposed)
+    chunks = len(bounds) - 1
+    workers = min(chunks, numba.get_num_threads()) if parallel else 1
+    threads.run(_pack_worker, (workers, w_rec, bounds, col_off, packed, transposed), workers)
 
 
-@njit(parallel=True, **KERNEL)
+@njit(**KERNEL)
+def _pack_worker(w, workers, w_rec, bounds, col_off, packed, transposed):
+    """Chunks ``w, w + workers, ...`` of :func:`pack_chunks`."""
+    for k in range(w, bounds.shape[0] - 1, workers):
+        _pack_chunk(w_rec, bounds, col_off, packed, k, transposed)
+
+
 def gate_weights(w, blocks, w_in, parallel):
     """``w_in[g] = w[:I, blocks[g] * H:(blocks[g] + 1) * H]``: ``w_in: [4, I, H]``, the input
     weights of the gates ``i, ci, f, o`` (row copies, in parallel: NumPy's
     copy of the transposed view took 3.2 ms at ``I = H = 1024``)."""
-    inputs = w_in.shape[1]
-    if parallel:
-        for task in prange(4 * inputs):
-            _copy_gate_row(w, blocks, w_in, np.int64(task))
-    else:
-        for task in range(4 * inputs):
-            _copy_gate_row(w, blocks, w_in, task)
+    workers = numba.get_num_threads() if parallel else 1
+    threads.run(_gate_rows_worker, (workers, w, blocks, w_in), workers)
+
+
+@njit(**KERNEL)
+def _gate_rows_worker(k, workers, w, blocks, w_in):
+    """Worker ``k``'s share of :func:`gate_weights`' ``4 I`` row copies."""
+    tasks = 4 * w_in.shape[1]
+    for task in range(k * tasks // workers, (k + 1) * tasks // workers):
+        _copy_gate_row(w, blocks, w_in, task)
 
 
 @njit(inline="always", **KERNEL)
