@@ -4,7 +4,8 @@ The functional API (:func:`block_lstm`, :func:`block_lstm_grad`,
 :func:`lstm_block_cell`, :func:`lstm_block_cell_grad`) runs NumPy arrays on
 the CPU and GPU arrays on the GPU; :mod:`nblstm.raw_ops` has the same ops
 with TensorFlow's exact signatures; :class:`LSTMCell` is TensorFlow's TF1
-cell API over fused sequence kernels, and :mod:`nblstm.convert` moves weights
+cell API over fused sequence kernels (:meth:`LSTMCell.stepper` runs it one
+step at a time, for streaming), and :mod:`nblstm.convert` moves weights
 between frameworks. Importing nblstm compiles nothing and
 needs no CUDA driver.
 """
@@ -12,6 +13,7 @@ needs no CUDA driver.
 from . import convert, raw_ops
 from ._tools.warmup import warmup
 from .cell import LSTMCell, LSTMStateTuple
+from .cell.stepper import Stepper
 from .ops import (
     BlockLSTMGradOutput,
     BlockLSTMOutput,
@@ -32,6 +34,7 @@ __all__ = [
     "LSTMBlockCellOutput",
     "LSTMCell",
     "LSTMStateTuple",
+    "Stepper",
     "block_lstm",
     "convert",
     "block_lstm_grad",

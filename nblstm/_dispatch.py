@@ -83,6 +83,14 @@ class Target(Protocol):
     :class:`nblstm.options.CellOptions`. ``cell_backward`` takes the
     ``saved`` of a ``cell_forward`` with ``with_grad`` and the gradients of
     the outputs and the final state (``None`` for zeros).
+
+    Streaming (:meth:`nblstm.LSTMCell.stepper`), the CPU target only:
+    ``cell_stepper`` returns an object that keeps a snapshot of the cell's
+    ``weights`` packed, and the state ``(c0 [B, H], h0 [B, P])`` (each
+    ``None`` for zeros) between calls, for ``batch_size`` rows; its
+    ``step(x)`` runs one step from a validated ``[B, I]`` array and returns
+    the output ``[B, P]``, ``state()`` and ``set_state(c0, h0)`` read and
+    replace the state.
     """
 
     def block_lstm(self, *, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options, stream): ...
@@ -98,6 +106,8 @@ class Target(Protocol):
                      with_grad) -> CellForward: ...
 
     def cell_backward(self, *, saved, d_outputs, d_c, d_h, join_state) -> CellBackward: ...
+
+    def cell_stepper(self, *, weights, options, batch_size, c0, h0): ...
 
 
 @functools.cache

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._dispatch import CellBackward, CellForward
 from .._validate import compute_dtype
-from . import cell, fused, half
+from . import cell, fused, half, step
 from .blas import kernel_section
 from .partition import cell_chunk_bounds
 
@@ -160,6 +160,10 @@ class CpuTarget:
                                             (d_h, (batch, packed.depth))))
         d_x, d_c0, d_h0, d_w = cell.sequence_backward(saved["saved"], packed, d_out, d_c, d_h)
         return CellBackward(to_storage(d_x, dtype), _state(d_c0, d_h0, dtype, join_state), d_w)
+
+    def cell_stepper(self, *, weights, options, batch_size, c0, h0):
+        """The cell one step at a time, its weights packed once (:class:`nblstm.cpu.step.CellStep`)."""
+        return step.CellStep(weights, options, batch_size, c0, h0)
 
 
 def _packed_weights(weights, cache, ct, input_depth, batch):
