@@ -18,7 +18,7 @@ import pytest
 
 import nblstm
 from nblstm.cpu import blas as _blas
-from nblstm.cpu import fused, partition
+from nblstm.cpu import fused, partition, threads
 from nblstm.cpu import sync as _sync
 from tests.test_properties import make_arrays
 
@@ -56,6 +56,13 @@ def assert_identical(got, expected, what):
     for k, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g.dtype == e.dtype and g.shape == e.shape
         assert np.array_equal(g, e, equal_nan=True), f"{what}: result {k} differs"
+
+
+@pytest.fixture(autouse=True)
+def helpers_on_tiny_problems(monkeypatch):
+    """Every call here with more than one chunk or block runs on the helper threads (nblstm.cpu.threads),
+    however small: the problems here are tiny, and below the threshold one thread would run them."""
+    monkeypatch.setattr(partition, "MIN_PARALLEL_CALL_WORK", 0)
 
 
 @pytest.fixture
@@ -295,3 +302,49 @@ def test_ten_thousand_small_calls_leave_resident_memory_flat():
     gc.collect()
     grown = _resident_bytes() - before
     assert grown < 16 * 2**20, f"resident memory grew by {grown / 2**20:.1f} MiB over 10,000 calls"
+
+
+@numba.njit(nogil=True)
+def _record_worker(w, log, fail_on):
+    log[w] += 1
+    if w == fail_on:
+        raise ValueError("worker failed")
+
+
+def test_worker_pool_runs_every_worker_once_and_reports_errors():
+    log = np.zeros(3, np.int64)
+    threads.run(_record_worker, (log, -1), 3)
+    assert log.tolist() == [1, 1, 1]
+    threads.run(_record_worker, (log, -1), 3, concurrency=1)  # one after the other on this thread
+    assert log.tolist() == [2, 2, 2]
+    with pytest.raises(ValueError, match="worker failed"):
+        threads.run(_record_worker, (log, 2), 3)  # raised in a helper thread, re-raised here
+    assert log.tolist() == [3, 3, 3], "the other workers ran to the end"
+    threads.run(_record_worker, (log, -1), 3)  # the pool still works
+    assert log.tolist() == [4, 4, 4]
+
+
+def test_worker_pool_busy_runs_the_workers_in_the_calling_thread():
+    """A call that finds the helpers taken by another thread's call runs its workers itself."""
+    log = np.zeros(2, np.int64)
+    with threads._pool.lock:
+        threads.run(_record_worker, (log, -1), 2)
+    assert log.tolist() == [1, 1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_worker_pool_in_a_forked_child():
+    """The parent's helper threads do not exist in a child made by fork: the child starts its own."""
+    log = np.zeros(2, np.int64)
+    threads.run(_record_worker, (log, -1), 2)  # helpers started in the parent
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if its call completes with both workers
+        status = 1
+        try:
+            child_log = np.zeros(2, np.int64)
+            threads.run(_record_worker, (child_log, -1), 2)
+            status = 0 if child_log.tolist() == [1, 1] else 2
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -61,7 +61,7 @@ from .blas import kernel_section
 from .fused import weight_grads_block as fused_weight_grads_block
 from .gemm import gemm_rows, gemm_tn
 from .pack import pack_chunks
-from .partition import MIN_PARALLEL_PACK, block_bounds, cell_chunk_bounds, column_offsets, row_bounds
+from .partition import MIN_PARALLEL_PACK, block_bounds, call_threads, cell_chunk_bounds, column_offsets, row_bounds
 
 __all__ = [
     "PackedWeights",
@@ -244,10 +244,13 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
     blocks = len(rows) - 1
     steps = gates.shape[0]
     claims, done = sync.counters(2 * steps + 1, max(num_chunks, blocks))
+    workers = max(num_chunks, blocks)
+    batch, units = c0.shape
+    macs = steps * batch * 4 * units * (x2d.shape[1] + h0.shape[1]) + steps * batch * units * h0.shape[1] * has_proj
     threads.run(forward_worker, (claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
                                  proj_bounds, lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, proj_clip,
                                  proj_clip_on, act, use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_,
-                                 r_, h_raw_, h_), max(num_chunks, blocks))
+                                 r_, h_raw_, h_), min(workers, call_threads(macs, workers)))
 
 
 @njit(**KERNEL)
@@ -262,7 +265,7 @@ def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds,
     pclip = gates.dtype.type(proj_clip)
     steps, batch, four_units = gates.shape
     pre2d = gates.reshape((steps * batch, four_units))
-    for r in sync.claimed_chunks(claims, done, 0, w, rows.shape[0] - 1, False):
+    for r in sync.claimed_chunks(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False)):
         gemm_rows(x2d, w_x, pre2d, rows, r)
     sync.wait_for(done, 0, rows.shape[0] - 1)
     num_chunks = bounds.shape[0] - 1
@@ -270,13 +273,13 @@ def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds,
     if w >= num_chunks:
         return
     for t in range(steps):
-        for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
+        for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False)):
             _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, h0, w_rec, work,
                            lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_,
                            ac_, r_, h_)
         sync.wait_for(done, 2 * t + 1, num_chunks)
         if has_proj:
-            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
+            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False)):
                 _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, h0, w_proj, proj_work, lengths, pclip,
                               proj_clip_on, h_raw_, h_)
             sync.wait_for(done, 2 * t + 2, num_proj_chunks)
@@ -451,11 +454,13 @@ def backward_kernel(c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds,
     # output is column j of h: both phases of a chunk touch only its own
     # columns, in stage 2 t + 1. Stage 0 is the gradient of h0 (t = -1).
     num_chunks = len(bounds) - 1
-    claims, done = sync.counters(2 * dgates.shape[0] + 1, num_chunks)
+    steps, batch, four_units = dgates.shape
+    macs = steps * batch * four_units * (h_raw_.shape[2] if has_proj else four_units // 4) * (1 + has_proj)
+    claims, done = sync.counters(2 * steps + 1, num_chunks)
     threads.run(backward_worker, (claims, done, c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t,
                                   proj_bounds, lengths, w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on,
                                   act, use_peepholes, has_proj, work, proj_work, dgates, dh_raw, dc, dh, w_i_grad,
-                                  w_f_grad, w_o_grad), num_chunks)
+                                  w_f_grad, w_o_grad), min(num_chunks, call_threads(macs, num_chunks)))
 
 
 @njit(**KERNEL)
@@ -471,12 +476,12 @@ def backward_worker(w, claims, done, c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t
     steps = dgates.shape[0]
     for t in range(steps - 1, -2, -1):
         if has_proj or t < 0:
-            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, False):
+            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False)):
                 _backward_h(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
                             proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
             sync.wait_for(done, 2 * t + 2, num_proj_chunks)
         if t >= 0:
-            for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, False):
+            for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False)):
                 if not has_proj:
                     _backward_h(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t, proj_work,
                                 lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
@@ -499,7 +504,7 @@ def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, c
     fused_weight_grads_block(k, x2d, h2d, h0, dg2d, w_x.T, x_rows, w_rows, col_blocks, dx2d, packed_grad, packed_b)
     if has_proj:
         p0, p1 = proj_rows[k], proj_rows[k + 1]
-        gemm_tn(r2d[:, p0:p1], dh2d, d_proj[p0:p1], False)
+        gemm_tn(r2d[:, p0:p1], dh2d, d_proj[p0:p1], np.bool_(False))
 
 
 def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows, perm, has_proj,
@@ -545,7 +550,8 @@ def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_
         Output ``r^T @ dh2d`` (written only with a projection).
     """
     threads.run(_weight_grads_block, (x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows,
-                                      has_proj, dx2d, packed_grad, packed_b, d_proj), len(x_rows) - 1)
+                                      has_proj, dx2d, packed_grad, packed_b, d_proj), len(x_rows) - 1,
+                call_threads(dg2d.shape[0] * dg2d.shape[1] * (2 * x2d.shape[1] + 2 * h2d.shape[1])))
     _unpack_columns(packed_grad, packed_b, perm, d_kernel, d_bias)
 
 

@@ -61,6 +61,7 @@ from .pack import gate_weights, pack_chunks, pack_recurrent
 from .partition import (
     MIN_PARALLEL_PACK,
     block_bounds,
+    call_threads,
     chunk_bounds,
     column_offsets,
     fused_projection,
@@ -246,9 +247,11 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     num_chunks = len(bounds) - 1
     steps = x2d.shape[0] // cs_prev.shape[0]
     tasks = 0 if fused else 4 * (len(rows) - 1)
+    batch, units = cs_prev.shape
     workers = num_chunks
     if parallel_projection and tasks:
         workers = max(workers, min(tasks, numba.get_num_threads()))
+    workers = min(workers, call_threads(steps * batch * 4 * units * (x2d.shape[1] + units), workers))
     claims, done = sync.counters(steps + 1, max(num_chunks, tasks))
     threads.run(forward_worker, (claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off,
                                  rows, parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on,
@@ -283,7 +286,7 @@ def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev
     tasks = 0 if fused else 4 * (rows.shape[0] - 1)
     if tasks:  # stage 0, the input projection: on worker 0 alone when it is small
         if parallel_projection or w == 0:
-            for k in sync.claimed_chunks(claims, done, 0, w, tasks, False):
+            for k in sync.claimed_chunks(claims, done, np.int64(0), w, tasks, np.bool_(False)):
                 _input_projection(x2d, w_in, pre, rows, k)
         sync.wait_for(done, 0, tasks)
     num_chunks = bounds.shape[0] - 1
@@ -385,10 +388,12 @@ def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t
         Accumulated peephole gradients.
     """
     num_chunks = len(bounds) - 1
-    claims, done = sync.counters(dgates.shape[0], num_chunks)
+    steps, batch, gates = dgates.shape
+    claims, done = sync.counters(steps, num_chunks)
+    workers = min(num_chunks, call_threads(steps * batch * gates * gates // 4, num_chunks))
     threads.run(backward_worker, (claims, done, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds,
                                   col_off, blocks, wci, wcf, wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad,
-                                  wco_grad), num_chunks)
+                                  wco_grad), workers)
 
 
 @njit(**KERNEL)
@@ -398,7 +403,7 @@ def backward_worker(w, claims, done, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad
     one = dgates.dtype.type(1.0)
     num_chunks = bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
-        for k in sync.claimed_chunks(claims, done, t, w, num_chunks, False):
+        for k in sync.claimed_chunks(claims, done, t, w, num_chunks, np.bool_(False)):
             _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
                             blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
                             wco_grad)
@@ -421,12 +426,12 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_bl
     r0, r1 = w_rows[k], w_rows[k + 1]
     a0, a1 = min(r0, inputs), min(r1, inputs)  # rows of w[:I]
     if a1 > a0:
-        gemm_tn(x2d[:, a0:a1], dg2d, w_grad[a0:a1], False)
+        gemm_tn(x2d[:, a0:a1], dg2d, w_grad[a0:a1], np.bool_(False))  # a bool, not a literal: one compile
     b0, b1 = max(r0, inputs), max(r1, inputs)  # rows of w[I:]
     if b1 > b0:
         # Step 0's previous output is h_prev; step t's is h2d[t - 1].
-        gemm_tn(h_prev[:, b0 - inputs:b1 - inputs], dg2d[:batch], w_grad[b0:b1], False)
-        gemm_tn(h2d[:rows - batch, b0 - inputs:b1 - inputs], dg2d[batch:], w_grad[b0:b1], True)
+        gemm_tn(h_prev[:, b0 - inputs:b1 - inputs], dg2d[:batch], w_grad[b0:b1], np.bool_(False))
+        gemm_tn(h2d[:rows - batch, b0 - inputs:b1 - inputs], dg2d[batch:], w_grad[b0:b1], np.bool_(True))
     n0, n1 = col_blocks[k], col_blocks[k + 1]
     bk = b_grad[n0:n1]
     bk[:] = 0
@@ -469,8 +474,10 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows,
     h_prev_grad : [B, H] array
         Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
     """
+    rows, gates = dg2d.shape
     threads.run(weight_grads_worker, (x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d,
-                                      w_grad, b_grad, h_prev_grad), len(x_rows) - 1)
+                                      w_grad, b_grad, h_prev_grad), len(x_rows) - 1,
+                call_threads(rows * gates * (2 * x2d.shape[1] + h2d.shape[1])))
 
 
 @njit(**KERNEL)

@@ -59,8 +59,10 @@ def gemm_tn(a, b, c, accumulate):
             c[:] = 0
         return
     item = c.itemsize
-    alpha = np.ones(1, c.dtype)
-    beta = np.ones(1, c.dtype) if accumulate else np.zeros(1, c.dtype)
+    scalars = np.empty(2, c.dtype)  # alpha, beta (np.empty only: each allocator is another compile)
+    scalars[0] = 1
+    scalars[1] = 1 if accumulate else 0
+    alpha, beta = scalars[:1], scalars[1:]
     kind = np.int8(115) if item == 4 else np.int8(100)  # 's' or 'd'
     # Column-major BLAS sees each row-major array transposed: c^T = b^T @ a.
     _XXGEMM(kind, np.int8(78), np.int8(84), n, m, k, alpha.ctypes, b.ctypes, _leading_dimension(b), a.ctypes,

@@ -20,10 +20,11 @@ from numba import njit
 
 from .._jit import EXACT
 from . import threads
+from .partition import MIN_PARALLEL_PACK
 
 __all__ = ["to_float16", "to_float32"]
 
-# Elements per parallel block; smaller arrays convert on one thread.
+# Elements per block of the conversions.
 _BLOCK = 1 << 16
 
 _table = {}
@@ -89,7 +90,11 @@ def _to_float16(w, workers, values, value_bits, out):
 
 
 def _workers(n):
-    """Threads for ``n`` elements: one per block of :data:`_BLOCK`, at most :func:`numba.get_num_threads`."""
+    """Threads for ``n`` elements: one below :data:`~nblstm.cpu.partition.MIN_PARALLEL_PACK` (starting a helper
+    thread costs about as much as converting that many), else one per block, at most
+    :func:`numba.get_num_threads`."""
+    if n < MIN_PARALLEL_PACK:
+        return 1
     return max(1, min(numba.get_num_threads(), -(-n // _BLOCK)))
 
 

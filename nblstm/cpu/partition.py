@@ -25,7 +25,9 @@ __all__ = [
     "MIN_PARALLEL_CELL_STEP_WORK",
     "MIN_PARALLEL_PACK",
     "MIN_PARALLEL_STEP_WORK",
+    "MIN_PARALLEL_CALL_WORK",
     "block_bounds",
+    "call_threads",
     "cell_chunk_bounds",
     "chunk_bounds",
     "column_offsets",
@@ -49,8 +51,18 @@ _MIN_UNITS_PER_CHUNK = 8
 # Largest panel of packed input weights for which a step computes its own
 # input projection (fused_projection).
 _FUSED_PANEL_BYTES = 32 * 1024
-#: Recurrent weights with fewer elements than this are packed on one thread.
-MIN_PARALLEL_PACK = 1 << 16
+#: Below this many multiply-adds in a whole kernel call, one thread runs it,
+#: whatever its chunks: a helper thread joins a call 20-60 us after it
+#: starts (:mod:`nblstm.cpu.threads`), about the time of this much work on
+#: one core, and every step's meeting waits a time slice whenever the other
+#: core is busy (a batch-1 step at H = 128: 30 ms 99th percentile against a
+#: 66 us median on two threads). Chunked kernels then run every chunk on
+#: the calling thread (the same bits).
+MIN_PARALLEL_CALL_WORK = 1 << 22
+#: Weights with fewer elements than this are packed (and float16 arrays
+#: converted) on one thread: a copy of this size takes about as long as
+#: starting a helper thread.
+MIN_PARALLEL_PACK = 1 << 20
 # Row blocks of the large GEMMs below this many multiply-adds run on one thread.
 _MIN_PARALLEL_GEMM_WORK = 1 << 18
 # Row blocks of the forward's input projection: as many as the rows allow
@@ -97,6 +109,14 @@ def chunk_bounds(batch_size, num_units, num_chunks=None):
         else:
             num_chunks = min(numba.get_num_threads(), max(1, num_units // _MIN_UNITS_PER_CHUNK))
     return split(num_units, num_chunks)
+
+
+def call_threads(work, wanted=None):
+    """Threads for a kernel call of ``work`` multiply-adds: 1 below :data:`MIN_PARALLEL_CALL_WORK`, else
+    ``wanted`` (default :func:`numba.get_num_threads`)."""
+    if work < MIN_PARALLEL_CALL_WORK:
+        return 1
+    return numba.get_num_threads() if wanted is None else wanted
 
 
 def block_bounds(count, num_blocks):

@@ -68,11 +68,11 @@ class _Pool:
         self.lock = threading.Lock()
         self.helpers = []
 
-    def run(self, fn, args, workers):
+    def run(self, fn, args, workers, concurrency):
         if workers <= 1:
             fn(0, *args)
             return
-        if not self.lock.acquire(blocking=False):  # another thread's call holds the helpers
+        if concurrency <= 1 or not self.lock.acquire(blocking=False):  # or another thread's call holds the helpers
             for w in range(workers):
                 fn(w, *args)
             return
@@ -108,16 +108,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def run(fn, args, workers):
+def run(fn, args, workers, concurrency=None):
     """``fn(w, *args)`` for ``w = 0 .. workers - 1``, at once on ``workers`` threads (``w = 0`` on this one).
 
     Parameters
     ----------
     fn : numba dispatcher
         A ``nogil`` worker whose workers share their work through
-        :mod:`nblstm.cpu.sync` (or split it by ``w`` alone, each running
-        whatever the others do not need).
+        :mod:`nblstm.cpu.sync` (or split it by ``w`` alone).
     args : tuple
     workers : int
+    concurrency : int, optional
+        ``1``: the workers one after the other on this thread (for work
+        split by ``w``, too small to be worth a helper thread); default: all
+        at once.
     """
-    _pool.run(fn, args, workers)
+    _pool.run(fn, args, workers, workers if concurrency is None else concurrency)
