@@ -22,7 +22,13 @@ the environment: every library runs with its own default threading. Each
 of ``--rounds`` rounds starts one subprocess per library in turn
 (interleaved, so drift of the machine's speed hits all alike); inside it,
 every shape is warmed up and then timed for ``--min-time`` seconds. The
-result is the median of the per-round medians.
+result is the median of the per-round medians, next to the 99th percentile
+of every call timed in all rounds (the tail latency).
+
+``--busy N`` measures the loaded case: during each round N busy-loop
+processes (``python -c "while True: pass"``) run, each pinned to one of the
+last N CPUs where :func:`os.sched_setaffinity` exists; they start before the
+round's workers and are killed after them. The default, 0, starts none.
 
 Floating-point work: forward ``2*T*B*(I+H)*4H`` (the GEMMs), backward twice
 that. Ratios are ``nblstm time / peer time``: below 1 means nblstm is faster.
@@ -35,6 +41,7 @@ Usage (any interpreter works for the driver; the workers run under
     python asv_bench/peer_compare.py --shapes 50x32x256x256 25x64x1024x1024 --rounds 5
     python asv_bench/peer_compare.py --python /path/to/venv-with-tf/bin/python
     python asv_bench/peer_compare.py --libs nblstm,torch --python-nblstm /path/to/venv/bin/python
+    python asv_bench/peer_compare.py --shapes small --busy 1   # another process busy on one core
 
 It writes a Markdown table (``--markdown``, default ``docs/benchmarks.md``),
 a PNG plot (``--plot``, default ``docs/benchmarks.png``; skipped without
@@ -289,35 +296,99 @@ def run_worker(python, library, shapes, args):
     return json.loads(lines[-1])
 
 
+def busy_cpus(count):
+    """The CPUs the ``count`` busy processes are pinned to: the last ``count`` this process may use (round
+    robin when there are fewer); ``None`` each where the system cannot pin."""
+    if not hasattr(os, "sched_setaffinity") or not hasattr(os, "sched_getaffinity"):
+        return [None] * count
+    cpus = sorted(os.sched_getaffinity(0))
+    return [cpus[(len(cpus) - count + k) % len(cpus)] for k in range(count)]
+
+
+def start_busy(cpus):
+    """Start one busy-loop process per entry of ``cpus``, pinned to that CPU (not pinned for ``None``)."""
+    procs = []
+    try:
+        for cpu in cpus:
+            proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(proc)
+            if cpu is not None:
+                os.sched_setaffinity(proc.pid, {cpu})
+    except BaseException:
+        stop_busy(procs)
+        raise
+    if procs:
+        time.sleep(0.2)  # the interpreters start and reach their loop
+    return procs
+
+
+def stop_busy(procs):
+    """Kill the busy processes and wait for them."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    for proc in procs:
+        proc.wait()
+
+
+def busy_mode(count, cpus):
+    """The load a run was timed under, in words."""
+    if count <= 0:
+        return "no busy process"
+    noun = "1 busy process" if count == 1 else f"{count} busy processes"
+    if cpus and cpus[0] is None:
+        return f"with {noun} (not pinned)"
+    return f"with {noun} on one core" + (" each" if count > 1 else "")
+
+
 def collect(args):
-    """Run the interleaved rounds; returns ``{library: {shape: {metric: [round medians]}}}`` and metadata."""
+    """Run the interleaved rounds; returns ``{library: {shape: {metric: [round medians]}}}`` and metadata.
+
+    ``samples`` holds every call timed, all rounds together (for the percentiles).
+    """
     shapes = _shapes(args.shapes)
     libs = [lib.strip() for lib in args.libs.split(",") if lib.strip()]
     pythons = {lib: getattr(args, f"python_{lib}") or args.python for lib in libs}
     medians = {lib: {s: {} for s in shapes} for lib in libs}
+    samples_all = {lib: {s: {} for s in shapes} for lib in libs}
     raw = {lib: [] for lib in libs}
     skipped, infos, checks = {}, {}, {lib: {} for lib in libs}
+    cpus = busy_cpus(args.busy)
     for r in range(args.rounds):
-        for lib in libs:
-            if lib in skipped:
-                continue
-            t0 = time.perf_counter()
-            res = run_worker(pythons[lib], lib, shapes, args)
-            if "skipped" in res:
-                skipped[lib] = res["skipped"]
-                print(f"  {LABELS[lib]}: skipped ({res['skipped']})", flush=True)
-                continue
-            raw[lib].append(res)
-            infos[lib] = res.get("info", {})
-            for entry in res["shapes"]:
-                shape = tuple(entry["shape"])
-                checks[lib][shape] = entry["checks"]
-                for metric, samples in entry["samples"].items():
-                    medians[lib][shape].setdefault(metric, []).append(statistics.median(samples))
-            print(f"  round {r + 1}/{args.rounds} {LABELS[lib]}: {time.perf_counter() - t0:.1f} s", flush=True)
+        busy = start_busy(cpus)
+        try:
+            for lib in libs:
+                if lib in skipped:
+                    continue
+                t0 = time.perf_counter()
+                res = run_worker(pythons[lib], lib, shapes, args)
+                if "skipped" in res:
+                    skipped[lib] = res["skipped"]
+                    print(f"  {LABELS[lib]}: skipped ({res['skipped']})", flush=True)
+                    continue
+                raw[lib].append(res)
+                infos[lib] = res.get("info", {})
+                for entry in res["shapes"]:
+                    shape = tuple(entry["shape"])
+                    checks[lib][shape] = entry["checks"]
+                    for metric, samples in entry["samples"].items():
+                        medians[lib][shape].setdefault(metric, []).append(statistics.median(samples))
+                        samples_all[lib][shape].setdefault(metric, []).extend(samples)
+                print(f"  round {r + 1}/{args.rounds} {LABELS[lib]}: {time.perf_counter() - t0:.1f} s", flush=True)
+        finally:
+            stop_busy(busy)
     libs = [lib for lib in libs if lib not in skipped]
-    return {"shapes": shapes, "libs": libs, "medians": medians, "skipped": skipped, "infos": infos,
-            "checks": checks, "raw": raw, "pythons": pythons}
+    return {"shapes": shapes, "libs": libs, "medians": medians, "samples": samples_all, "skipped": skipped,
+            "infos": infos, "checks": checks, "raw": raw, "pythons": pythons,
+            "busy": {"count": args.busy, "cpus": cpus, "mode": busy_mode(args.busy, cpus)}}
+
+
+def percentile(values, q):
+    """The ``q``-th percentile of ``values`` (linear between the closest ranks, as NumPy's default)."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def summarise(data):
@@ -333,6 +404,9 @@ def summarise(data):
             for metric in METRICS:
                 if metric in row:
                     row[metric + "_gflops"] = metric_flops(shape, metric) / row[metric] / 1e9
+            for metric, samples in data["samples"][lib][shape].items():
+                row[metric + "_p99"] = percentile(samples, 99)
+                row[metric + "_calls"] = len(samples)
             spread = m.get("fwd", [])
             row["fwd_spread"] = (max(spread) - min(spread)) / statistics.median(spread) if len(spread) > 1 else 0.0
             table[lib, shape] = row
@@ -375,6 +449,16 @@ def _machine():
     return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
+def _mode_sentence(busy):
+    """The Markdown sentence that says under which load the run was timed."""
+    if busy["count"] <= 0:
+        return "Mode: quiet, no busy process started by the script (other work on the machine is not controlled)."
+    cpus = [c for c in busy["cpus"] if c is not None]
+    where = f", pinned to CPU {', '.join(map(str, cpus))}" if cpus else ""
+    return (f"Mode: loaded, {busy['mode']}: `python -c \"while True: pass\"`{where}, started before each round's "
+            "workers and killed after them.")
+
+
 def markdown(data, table, args):
     """The Markdown report."""
     lines = [
@@ -383,7 +467,10 @@ def markdown(data, table, args):
         f"Generated by `asv_bench/peer_compare.py` on {datetime.date.today().isoformat()}: {_machine()}.",
         f"float32, time-major `(T, B, I, H)`; median of {args.rounds} interleaved rounds, each library in a fresh "
         "process with its default threading; every round times each case for at least "
-        f"{args.min_time:g} s after a warm-up call.",
+        f"{args.min_time:g} s after a warm-up call. **p99**: the 99th percentile of every call timed in all "
+        "rounds (the slowest calls when there are fewer than 100).",
+        "",
+        _mode_sentence(data["busy"]),
         "",
         "- **nblstm**: `nblstm.raw_ops.BlockLSTMV2` / `BlockLSTMGradV2`, the whole public call.",
         "- **TensorFlow**: eager `tf.raw_ops.BlockLSTMV2` / `BlockLSTMGradV2`.",
@@ -402,9 +489,9 @@ def markdown(data, table, args):
     lines += ["Versions: " + "; ".join(versions) + ".", ""]
     for lib, reason in data["skipped"].items():
         lines += [f"{LABELS[lib]} was skipped: {reason}", ""]
-    header = ("| T, B, I, H | library | forward ms | fwd GFLOP/s | backward ms | bwd GFLOP/s | fwd+bwd ms | "
-              "fwd+bwd GFLOP/s | nblstm / peer, fwd | nblstm / peer, fwd+bwd |")
-    lines += [header, "|" + "---|" * 10]
+    header = ("| T, B, I, H | library | forward ms | fwd p99 ms | fwd GFLOP/s | backward ms | bwd GFLOP/s | "
+              "fwd+bwd ms | fwd+bwd p99 ms | fwd+bwd GFLOP/s | nblstm / peer, fwd | nblstm / peer, fwd+bwd |")
+    lines += [header, "|" + "---|" * 12]
     for shape in data["shapes"]:
         ours = table.get(("nblstm", shape))
         for lib in data["libs"]:
@@ -419,8 +506,10 @@ def markdown(data, table, args):
                     ratios.append("-")
                 else:
                     ratios.append(f"{ours[metric] / row[metric]:.2f}")
-            cells = [", ".join(map(str, shape)), LABELS[lib], _fmt_ms(row["fwd"]), f"{row['fwd_gflops']:.1f}", bwd,
-                     bwd_g, _fmt_ms(row["fwd_bwd"]), f"{row['fwd_bwd_gflops']:.1f}", *ratios]
+            p99 = {m: _fmt_ms(row[m + "_p99"]) if m + "_p99" in row else "-" for m in ("fwd", "fwd_bwd")}
+            cells = [", ".join(map(str, shape)), LABELS[lib], _fmt_ms(row["fwd"]), p99["fwd"],
+                     f"{row['fwd_gflops']:.1f}", bwd, bwd_g, _fmt_ms(row["fwd_bwd"]), p99["fwd_bwd"],
+                     f"{row['fwd_bwd_gflops']:.1f}", *ratios]
             lines.append("| " + " | ".join(cells) + " |")
     notes = _check_agreement(data)
     if notes:
@@ -456,7 +545,7 @@ def plot(data, table, path):
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels(["{},{}\n{},{}".format(*s) for s in shapes], fontsize=8)
         ax.set_xlabel("T, B / I, H")
-        ax.set_title(f"{title}, float32")
+        ax.set_title(f"{title}, float32" + (f"\n{data['busy']['mode']}" if data["busy"]["count"] > 0 else ""))
         ax.set_ylabel("GFLOP/s")
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend()
@@ -481,6 +570,9 @@ def main(argv=None):
     parser.add_argument("--min-calls", type=int, default=3)
     parser.add_argument("--max-calls", type=int, default=20000,
                         help="cap on the calls timed per case and round (default 20000)")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="busy-loop processes running while timing, each pinned to one of the last N CPUs "
+                             "(default 0: none)")
     parser.add_argument("--worker-timeout", type=float, default=1800.0, help="seconds before a worker is killed")
     parser.add_argument("--markdown", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--plot", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.png",
@@ -488,6 +580,8 @@ def main(argv=None):
     parser.add_argument("--json", type=pathlib.Path, default=None, help="also write the raw samples here")
     parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.busy < 0:
+        parser.error("--busy is a count of processes, 0 or more")
 
     if args.worker:
         shapes = [_parse_shape(s) for s in args.shapes]
@@ -507,7 +601,7 @@ def main(argv=None):
     if str(args.plot) not in ("", ".") and plot(data, table, args.plot):
         print(f"wrote {args.plot}")
     if args.json:
-        serial = {k: v for k, v in data.items() if k in ("libs", "skipped", "infos", "raw", "pythons")}
+        serial = {k: v for k, v in data.items() if k in ("libs", "skipped", "infos", "raw", "pythons", "busy")}
         serial["shapes"] = [list(s) for s in data["shapes"]]
         args.json.write_text(json.dumps(serial, indent=1))
         print(f"wrote {args.json}")

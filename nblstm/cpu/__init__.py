@@ -1,13 +1,15 @@
-"""The CPU target: ``@njit(parallel=True)`` kernels of the fused ops and of the cell (:ref:`design-cpu`).
+"""The CPU target: the fused ops' and the cell's kernels, ``nogil`` workers on several threads (:ref:`design-cpu`).
 
-Modules, from the bottom up: :mod:`~nblstm.cpu.sync` (step barriers inside
-one parallel region), :mod:`~nblstm.cpu.pool` (aligned and recycled memory),
+Modules, from the bottom up: :mod:`~nblstm.cpu.threads` (the workers'
+helper threads), :mod:`~nblstm.cpu.sync` (step barriers between the
+workers), :mod:`~nblstm.cpu.pool` (aligned and recycled memory),
 :mod:`~nblstm.cpu.blas` (SciPy's BLAS on one thread),
 :mod:`~nblstm.cpu.half` (float16 conversions), :mod:`~nblstm.cpu.microkernel`
 (the step GEMM), :mod:`~nblstm.cpu.partition` (how work is split, every
 threshold), :mod:`~nblstm.cpu.pack` (packed weights),
 :mod:`~nblstm.cpu.gemm` (BLAS products), :mod:`~nblstm.cpu.fused` (the fused
-ops' kernels), :mod:`~nblstm.cpu.cell` (the cell's kernels) and
+ops' kernels), :mod:`~nblstm.cpu.cell` (the cell's kernels),
+:mod:`~nblstm.cpu.step` (the cell's streaming step) and
 :mod:`~nblstm.cpu.target` (the entry points). Importing this package imports
 numba but compiles nothing.
 """

@@ -11,21 +11,24 @@ the state ``(c, h)`` in which ``h`` (TensorFlow's ``m``) has
 
 The work is laid out as in :mod:`nblstm.cpu.fused` (:ref:`design-cpu`), with its helpers:
 
-- Every GEMM runs inside numba kernels as a single-threaded call of SciPy's
-  BLAS (:class:`~nblstm.cpu.blas.kernel_section`) on a slice of the work,
-  one slice per thread; NumPy's multi-threaded BLAS is never called (its
-  threads would spin and fight numba's for the cores). A kernel opens no
-  parallel region when the work is a single block: each region costs a
-  barrier, and far more than its work on busy cores.
+- A kernel is a serial ``nogil`` worker run on several threads by
+  :func:`nblstm.cpu.threads.run`. Every GEMM in it is a single-threaded
+  call of SciPy's BLAS (:class:`~nblstm.cpu.blas.kernel_section`) on a
+  slice of the work, one slice per thread; NumPy's multi-threaded BLAS is
+  never called (its threads would spin and fight the workers for the
+  cores). A kernel runs on the calling thread alone when the work is a
+  single block or below :data:`~nblstm.cpu.partition.MIN_PARALLEL_CALL_WORK`
+  multiply-adds: every meeting of the threads costs a barrier, and far
+  more than its work on busy cores.
 - The input projection of all steps, ``x @ kernel[:I]``, is one GEMM before
   the time loop, its rows split across threads, written straight into the
   ``[T, B, 4H]`` gates array; each step's gate maths reads the projection
   there (adding the bias) and overwrites it with the gates.
 - The hidden units are split into chunks, one per thread, with the weight
   columns packed so that a chunk's ``[i | j | f | o]`` blocks are contiguous.
-  The whole time loop is one parallel region (:mod:`nblstm.cpu.sync`): at
-  each step every thread runs the recurrent GEMM of its slice, then the
-  gate maths of that slice, and the threads meet on atomic counters. The
+  Each worker runs the whole time loop (:mod:`nblstm.cpu.sync`): at each
+  step it runs the recurrent GEMM of its slice, then the gate maths of
+  that slice, and the workers meet on atomic counters. The
   GEMM is :mod:`nblstm.cpu.microkernel`'s, on each chunk's weights packed in
   panels once per weight change (:class:`PackedWeights`), whatever the
   batch. The same goes for the backward's ``dh = dgates @ w_h^T``. With a

@@ -1,12 +1,15 @@
-"""The fused ops on the CPU: ``@njit(parallel=True)`` kernels of BlockLSTM and its gradient, and their drivers.
+"""The fused ops on the CPU: kernels of BlockLSTM and its gradient, and their drivers.
 
 How the work is laid out (:ref:`design-cpu`):
 
-- Every GEMM runs inside numba's parallel regions as single-threaded BLAS
-  calls on a slice of the work, one per thread. NumPy's multi-threaded BLAS
-  is never called: its threads spin for a long time after each call and
-  would fight numba's threads for the two cores (40-100x slowdowns
-  measured from such oversubscription, :ref:`design-threads`).
+- A kernel is a serial ``nogil`` worker, ``worker(w, ...)``, run on
+  several threads by :func:`nblstm.cpu.threads.run` (on the calling thread
+  alone below :data:`~nblstm.cpu.partition.MIN_PARALLEL_CALL_WORK`
+  multiply-adds a call). Every GEMM in a worker is a single-threaded BLAS
+  call on a slice of the work. NumPy's multi-threaded BLAS is never called:
+  its threads spin for a long time after each call and would fight the
+  workers for the two cores (40-100x slowdowns measured from such
+  oversubscription, :ref:`design-threads`).
 - The input projection ``x_t @ w[:I]``: with ``B > 1`` and ``I <= 256``
   each step computes its own on the micro-kernel, continuing the same
   accumulators with ``h_{t-1} @ w[I:]``
@@ -22,10 +25,10 @@ How the work is laid out (:ref:`design-cpu`):
   :mod:`nblstm.cpu.microkernel`, whose register-tiled GEMM runs the step
   1.6x faster than OpenBLAS, which packs the weights again at every step
   (and its batch-1 matrix-vector product faster than OpenBLAS's GEMV, with
-  no call overhead). The whole time loop is one parallel region: at each
-  step a thread runs the recurrent GEMM of its chunk and then the gate
-  maths of its units while they are in cache, and the threads meet on
-  atomic counters (:mod:`nblstm.cpu.sync`) before the next step.
+  no call overhead). Each worker runs the whole time loop: at each step
+  it runs the recurrent GEMM of its chunk and then the gate maths of its
+  units while they are in cache, and the workers meet on atomic counters
+  (:mod:`nblstm.cpu.sync`) before the next step.
 - Backward keeps only ``dh = dgates @ w_h^T`` in the time loop, on the
   micro-kernel with each chunk's ``w_h[u0:u1]^T`` packed once per call;
   ``x_grad`` and the weight gradients are GEMMs after it, split across

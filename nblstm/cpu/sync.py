@@ -1,19 +1,19 @@
-"""Step synchronisation inside one parallel region, for the kernels' time loops.
+"""Step synchronisation between a kernel's workers, for the time loops.
 
-A time loop with one parallel region per step pays numba's region launch
-and join at every step (about 2 us here, a sixth of a batch-1 step). The
-loops instead run all steps inside one region, each worker taking the
-chunks of hidden units of a step and waiting until every chunk of the step
-is done before the next one.
+A kernel call runs one worker per thread (:mod:`nblstm.cpu.threads`), and
+each worker runs all the steps: it takes chunks of hidden units of a step
+and waits until every chunk of the step is done before the next one. (A
+launch and join per step, as numba's parallel region per step was, cost
+about 2 us here, a sixth of a batch-1 step.)
 
-Nothing assumes that the region's iterations run concurrently (a threading
-layer may run them one after the other on one thread, or start some late):
-the chunks of a step are claimed, not assigned. A worker first claims its
-own chunk, so that in the usual case every thread keeps the weights of one
-chunk in its cache, then claims whatever chunk of the step is still
-unclaimed. A worker alone does every chunk itself; a stalled thread's chunk
-is taken over by another. Chunk results do not depend on which thread
-computes them.
+Nothing assumes that the workers run concurrently (a call that finds the
+helper threads busy runs them one after the other on one thread, and a
+helper may start late): the chunks of a step are claimed, not assigned.
+A worker first claims its own chunk, so that in the usual case every thread
+keeps the weights of one chunk in its cache, then claims whatever chunk of
+the step is still unclaimed. A worker alone does every chunk itself; a
+stalled thread's chunk is taken over by another. Chunk results do not
+depend on which thread computes them.
 
 :func:`claimed_chunks` is that loop, for every kernel: a generator of the
 chunks a worker claims, whose caller runs each chunk in its loop body.
