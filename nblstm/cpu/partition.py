@@ -1,6 +1,6 @@
 """How the CPU kernels split their work: chunks of hidden units, row and column blocks.
 
-Every threshold that decides whether work is split across numba's threads
+Every threshold that decides whether work is split across the kernels' worker threads
 is here, with the measurement behind it. The bounds are int64 arrays that
 the kernels take as arguments: splitting is a run-time decision, never a
 compile-time one. Bounds are named as such (``u0, u1`` the first and
@@ -141,7 +141,7 @@ def row_blocks(rows, work_per_row):
     -------
     tuple
         ``(bounds: [R + 1] int64, parallel: bool)``: whether the ``4 * R``
-        GEMMs (gates by blocks) are worth a parallel region.
+        GEMMs (gates by blocks) are worth running on several threads.
     """
     if rows * work_per_row < _MIN_PARALLEL_GEMM_WORK:
         return split(rows, 1), False

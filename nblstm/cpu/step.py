@@ -36,8 +36,8 @@ again (cached: a fraction of a microsecond), so that it follows a change of
 the thread count as the cell does.
 
 The kernel is serial: one step of a streaming cell is far below the work
-at which the cell splits its steps across threads (a parallel region costs
-microseconds a step on busy cores).
+at which the cell splits its steps across threads (starting a helper thread costs
+tens of microseconds, and a meeting per step waits a time slice on busy cores).
 BLAS products large enough that OpenBLAS could split them across its own
 threads (:data:`BLAS_THREAD_WORK` multiply-adds or more) run inside
 :func:`~nblstm.cpu.blas.single_threaded_blas`; smaller ones skip its cost
