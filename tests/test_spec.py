@@ -1,8 +1,8 @@
 """The float32 activations of ``nblstm.spec`` against float64 NumPy, as the kernels compile them.
 
-The rational tanh is plain arithmetic: its error depends on how it is
-evaluated. The CPU kernels let LLVM fuse multiply-adds (``fastmath``
-``contract``); the bounds hold either way.
+The rational tanh and the sigmoid's own ``exp`` are plain arithmetic: their
+error depends on how they are evaluated. The CPU kernels let LLVM fuse
+multiply-adds (``fastmath`` ``contract``); the bounds hold either way.
 """
 
 import numpy as np
@@ -26,9 +26,24 @@ def _evaluator(fastmath):
 @pytest.mark.parametrize("fastmath", [False, {"contract"}], ids=["plain", "contract"])
 def test_float32_tanh_and_sigmoid_errors(fastmath):
     grid = np.linspace(-10, 10, 2_000_001, dtype=np.float32)
-    edges = np.array([0.0, -0.0, 1e-30, -1e-30, spec._TANH_BOUND, -spec._TANH_BOUND,
-                      np.nextafter(spec._TANH_BOUND, np.float32(0)), 20, -20, 1e30, -1e30, np.inf, -np.inf],
-                     np.float32)
+    edges = np.array(
+        [
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            spec._TANH_BOUND,
+            -spec._TANH_BOUND,
+            np.nextafter(spec._TANH_BOUND, np.float32(0)),
+            20,
+            -20,
+            1e30,
+            -1e30,
+            np.inf,
+            -np.inf,
+        ],
+        np.float32,
+    )
     x = np.concatenate([grid, edges])
     t, s = np.empty_like(x), np.empty_like(x)
     _evaluator(fastmath)(x, t, s)
@@ -45,3 +60,31 @@ def test_float32_tanh_and_sigmoid_errors(fastmath):
     tn, sn = np.empty_like(nan), np.empty_like(nan)
     _evaluator(fastmath)(nan, tn, sn)
     assert np.isnan(tn[0]) and np.isnan(sn[0])
+
+
+def _ulp32(ref):
+    """The spacing of float32 at each (float64) ``ref``: ``2^(e - 23)`` in the binade ``[2^e, 2^(e + 1))``, and
+    ``2^-149`` among the subnormals."""
+    _, exponent = np.frexp(np.abs(ref))
+    return np.maximum(np.ldexp(1.0, exponent - 24), 2.0**-149)
+
+
+@pytest.mark.parametrize("fastmath", [False, {"contract"}], ids=["plain", "contract"])
+def test_float32_sigmoid_is_within_one_ulp(fastmath):
+    """Within 1 ulp of ``1 / (1 + exp(-x))`` near 1 (``x >= 0``, the forget gate of a long memory) and, as a
+    relative error, near 0 (``x < 0``, subnormal results included); exactly 0 and 1 where those are nearest.
+    The former ``0.5 + 0.5 tanh(x / 2)`` was 3.1 ulp off below 1 and returned 0 from ``x = -15.8`` on."""
+    grid = np.linspace(-20, 20, 2_000_001, dtype=np.float32)
+    # Every 4099th float32 of [-110, 110]: every binade, those of subnormal results included.
+    top = int(np.float32(110).view(np.uint32))
+    bits = np.arange(0, top, 4099, dtype=np.uint32).view(np.float32)
+    x = np.concatenate([grid, bits, -bits, np.float32([17.32, 17.33, -87.33, -103.97, -103.98, 1e30, -1e30])])
+    y, unused = np.empty_like(x), np.empty_like(x)
+    _evaluator(fastmath)(x, unused, y)
+    with np.errstate(over="ignore"):
+        ref = 1 / (1 + np.exp(-x.astype(np.float64)))
+    ulps = np.abs(y - ref) / _ulp32(ref)
+    assert ulps[x >= 0].max() <= 1
+    assert ulps[x < 0].max() <= 1
+    assert (y[x > 17.33] == 1).all() and (y[x < -103.98] == 0).all()
+    assert y[x == np.float32(-103.97)][0] == 2.0**-149
