@@ -1,8 +1,9 @@
-"""Command line: ``python -m nblstm {demo,check,bench,info}`` (also the ``nblstm`` script)."""
+"""Command line: ``python -m nblstm {demo,check,bench,info,warmup}`` (also the ``nblstm`` script)."""
 
 __all__ = ["main"]
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -71,13 +72,44 @@ def _tolerance(dtype):
     return {np.float16: 1e-2, np.float32: 1e-5, np.float64: 1e-10}[np.dtype(dtype).type]
 
 
-def demo(args, out=sys.stdout):
-    """Train an LSTMCell on the adding problem, then check and time the fused ops."""
-    from .demo import train
+def _progress(out):
+    """A progress callback of :func:`nblstm.warmup` that prints each line to ``out``, indented."""
 
+    def report(line):
+        print(f"  {line}", file=out, flush=True)
+
+    return report
+
+
+def demo(args, out=sys.stdout):
+    """Compile the kernels, train an LSTMCell on the adding problem, then check and time the fused ops."""
+    from .demo import train
+    from .warmup import warmup as run_warmup
+
+    # The cell trains in float32; the fused ops run in the chosen dtype. The demo runs no stepper.
+    dtypes = sorted({"float32", args.dtype})
+    groups = ("LSTMCell", "block_lstm_grad", "block_lstm")
+    where = f", {args.jobs} processes at once" if args.jobs > 1 else ""
+    print(f"nblstm demo: compiling the kernels it runs (numba caches them: later runs load them){where}", file=out)
+    seconds = run_warmup(dtypes, jobs=args.jobs, groups=groups, progress=_progress(out))
+    print(f"  kernels ready in {seconds:.1f} s", file=out)
+    print(file=out)
     status = train(out=out, steps=args.train_steps)
     print(file=out)
     return status or ops_demo(args, out)
+
+
+def warmup(args, out=None):
+    """Compile (or load from numba's cache) every CPU kernel for the chosen dtypes; a line per group."""
+    from .warmup import warmup as run_warmup
+
+    out = sys.stdout if out is None else out
+    where = f" in {args.jobs} processes at once" if args.jobs > 1 else ""
+    print(f"nblstm {__version__}: compiling the CPU kernels for {', '.join(args.dtypes)}{where} "
+          f"(or loading them from numba's cache)", file=out)
+    seconds = run_warmup(args.dtypes, jobs=args.jobs, progress=_progress(out))
+    print(f"done in {seconds:.1f} s", file=out)
+    return 0
 
 
 def ops_demo(args, out=sys.stdout):
@@ -207,6 +239,13 @@ def _cuda_available():
         return False
 
 
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="nblstm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +254,8 @@ def main(argv=None):
     p_demo.add_argument("--shape", type=int, nargs=4, metavar=("T", "B", "I", "H"), default=[50, 32, 256, 256])
     p_demo.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
     p_demo.add_argument("--repeats", type=int, default=20)
+    p_demo.add_argument("--jobs", type=_positive_int, default=min(2, os.cpu_count() or 1),
+                        help="processes that compile the kernels at once (default 2; 1 on a single core)")
     p_check = sub.add_parser("check", help="every op and option against the float64 reference")
     p_check.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
     p_bench = sub.add_parser("bench", help="time forward and backward on standard shapes")
@@ -222,8 +263,12 @@ def main(argv=None):
     p_bench.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
     p_bench.add_argument("--repeats", type=int, default=10)
     sub.add_parser("info", help="versions, targets, threads and BLAS")
+    p_warmup = sub.add_parser("warmup", help="compile (or load from numba's cache) every CPU kernel now")
+    p_warmup.add_argument("--dtypes", nargs="+", choices=sorted(_DTYPES), default=["float32", "float64"])
+    p_warmup.add_argument("--jobs", type=_positive_int, default=1, help="processes that compile at once (default 1)")
     args = parser.parse_args(argv)
-    return {"demo": demo, "check": check, "bench": bench, "info": info}[args.command](args)
+    commands = {"demo": demo, "check": check, "bench": bench, "info": info, "warmup": warmup}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,8 @@ def train(out=sys.stdout, steps=400, seed=0, batch=64, sequence_steps=16, num_un
     start = time.perf_counter()
     x, lengths, y = adding_problem(rng, sequence_steps, batch)
     cell.vjp(x, sequence_length=lengths)[1](None, (None, np.ones((batch, num_units), np.float32)))
-    print(f"kernels ready in {time.perf_counter() - start:.1f} s (compiled on first use, then cached)", file=out)
+    print(f"first step in {time.perf_counter() - start:.2f} s (it compiles the cell's kernels unless nblstm.warmup() "
+          "did, or numba's cache has them)", file=out)
     report_every = max(1, steps // 20)
     running = None
     train_time = 0.0
