@@ -9,11 +9,14 @@ several Python threads (:mod:`nblstm.cpu.threads`).
 Three sets, by what the code may let LLVM do with its arithmetic and where it is compiled:
 
 - :data:`KERNEL`, the kernels with gate maths (the fused ops and the cell):
-  ``fastmath={"contract"}`` alone of the fast-math flags, so that LLVM may
-  fuse a multiply and an add into one FMA (the rational tanh's polynomials:
-  the gate maths took 0.7x the time). This changes no result by more than
-  the rounding of the add; there is no reassociation, and NaN and infinities
-  are IEEE.
+  no fast-math flag. With ``fastmath={"contract"}`` LLVM fused multiplies
+  and adds into FMAs wherever it chose, and where it chose depended on how a
+  kernel was optimized: a kernel compiled afresh (numba optimizes the
+  functions it calls once more, with it) and the same kernel loaded from the
+  cache gave float32 results that differed in the last bit. The polynomials
+  of :mod:`nblstm.spec` fuse their steps explicitly (``llvm.fma``), which
+  kept the speed the flag had given them (the gate maths took 0.7x the time
+  with FMAs).
 - :data:`EXACT`, code whose every rounding is part of its contract: the
   GEMM micro-kernel (each result element is the same however the columns
   are split, see :mod:`nblstm.cpu.microkernel`) and the float16 conversions
@@ -25,8 +28,8 @@ Three sets, by what the code may let LLVM do with its arithmetic and where it is
 
 __all__ = ["EXACT", "GATE_MATHS", "KERNEL"]
 
-#: Kernels with gate maths: multiply-adds may be contracted into FMAs.
-KERNEL = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}, "nogil": True}
+#: Kernels with gate maths: IEEE arithmetic as written (FMAs only where spec.py writes them).
+KERNEL = {"cache": True, "error_model": "numpy", "nogil": True}
 #: The micro-kernel and the float16 conversions: IEEE arithmetic as written.
 EXACT = {"cache": True, "error_model": "numpy", "nogil": True}
 #: The activations of nblstm.spec: no division checks; compiled into their callers on both targets.

@@ -30,6 +30,7 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from ._jit import GATE_MATHS
@@ -120,15 +121,15 @@ def _tanh_float32(x):
         return -_ONE32
     s = x * x
     p = _TANH_P[5]
-    p = p * s + _TANH_P[4]
-    p = p * s + _TANH_P[3]
-    p = p * s + _TANH_P[2]
-    p = p * s + _TANH_P[1]
-    p = p * s + _TANH_P[0]
+    p = _fma(p, s, _TANH_P[4])
+    p = _fma(p, s, _TANH_P[3])
+    p = _fma(p, s, _TANH_P[2])
+    p = _fma(p, s, _TANH_P[1])
+    p = _fma(p, s, _TANH_P[0])
     q = _TANH_Q[3]
-    q = q * s + _TANH_Q[2]
-    q = q * s + _TANH_Q[1]
-    q = q * s + _TANH_Q[0]
+    q = _fma(q, s, _TANH_Q[2])
+    q = _fma(q, s, _TANH_Q[1])
+    q = _fma(q, s, _TANH_Q[0])
     return x * p / q
 
 
@@ -163,6 +164,28 @@ def _pow2_float32(typingctx, k):
     return types.float32(k), codegen
 
 
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (``llvm.fma``; a vector instruction where LLVM vectorizes the loop).
+
+    The kernels are compiled without ``fastmath={"contract"}`` (:mod:`nblstm._jit`):
+    where LLVM would fuse which multiply and add depends on how the calling
+    kernel was optimized, and a kernel compiled afresh and the same kernel
+    loaded from numba's cache gave results that differed in the last bit.
+    The polynomials fuse their steps explicitly instead.
+    """
+    if not (isinstance(a, types.Float) and a == b == c):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ft = args[0].type
+        name = "llvm.fma.f32" if ft == ir.FloatType() else "llvm.fma.f64"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ft, [ft, ft, ft]), name)
+        return builder.call(fn, args)
+
+    return a(a, b, c), codegen
+
+
 @njit(inline="always")
 def _exp_neg_float32(a, one):
     # exp(-a) for 0 <= a <= _SIGMOID_CLAMP32 (or NaN) as an unevaluated sum
@@ -174,13 +197,14 @@ def _exp_neg_float32(a, one):
     n = types.int32(t)  # round(a / ln 2): t > 0
     nf = cast_like(n, one)
     r_hi = nf * _LN2_HI32 - a  # exact
-    r = r_hi + nf * _LN2_LO32  # n ln 2 - a, |r| <= ln(2) / 2
-    r_err = (r_hi - r) + nf * _LN2_LO32  # what rounding r lost (unbiases the result)
+    r_lo = nf * _LN2_LO32
+    r = r_hi + r_lo  # n ln 2 - a, |r| <= ln(2) / 2
+    r_err = (r_hi - r) + r_lo  # what rounding r lost (unbiases the result)
     p = _EXP_P[4]
-    p = p * r + _EXP_P[3]
-    p = p * r + _EXP_P[2]
-    p = p * r + _EXP_P[1]
-    p = p * r + _EXP_P[0]
+    p = _fma(p, r, _EXP_P[3])
+    p = _fma(p, r, _EXP_P[2])
+    p = _fma(p, r, _EXP_P[1])
+    p = _fma(p, r, _EXP_P[0])
     tail = r * r * p + r_err
     er = one + (r + tail)  # exp(r), in [0.70, 1.42]
     er_lo = (r - (er - one)) + tail  # er - 1 and r - (er - 1) are exact
@@ -197,9 +221,9 @@ def _sigmoid_float32(x, one):
     # for x >= 0 and e for x < 0. The quotient y = num / d, d = 1 + e rounded,
     # then one Newton step on the unrounded quotient (num + num_lo) / (1 + e + e_lo):
     # num - y is exact (y is in [num / 2, num]) and y * e small next to num, so
-    # that the residual is accurate even where y * e is rounded (no FMA) and the result
-    # is within 0.55 ulp of sigmoid(x) for x >= 0 and 0.8 ulp for x < 0 (relative
-    # error, subnormal results included), 0.72 and 0.85 ulp without FMAs.
+    # that the residual is accurate even where y * e is rounded (no FMA) and the
+    # result is within 0.72 ulp of sigmoid(x) for x >= 0 and 0.85 ulp for x < 0
+    # (relative error, subnormal results included).
     zero = one - one
     a = abs(x)
     if a > _SIGMOID_CLAMP32:
@@ -219,8 +243,8 @@ def sigmoid(x, one):
 
     float64 uses ``exp``. float32 computes ``exp(-|x|)`` itself (range
     reduction and a polynomial, plain arithmetic that LLVM vectorizes) and
-    rounds the quotient with one correction step: within 0.55 ulp for
-    ``x >= 0`` (outputs near 1, the forget gate of a long memory) and 0.8 ulp
+    rounds the quotient with one correction step: within 0.72 ulp for
+    ``x >= 0`` (outputs near 1, the forget gate of a long memory) and 0.85 ulp
     of relative error for ``x < 0`` (outputs near 0), measured over every
     float32. Saturates to exactly 1 above 17.33 and 0 below -103.98; NaN
     stays NaN.
