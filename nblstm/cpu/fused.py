@@ -35,7 +35,7 @@ How the work is laid out (:ref:`design-cpu`):
   threads (``x_grad`` by rows, ``w_grad`` by its own rows, each block one
   product over all steps: no partial sums).
 - Kernels are compiled with :data:`nblstm._jit.KERNEL` (no division checks,
-  multiply-adds contracted into FMAs).
+  no fast-math flags).
 
 Every array keeps the caller's gate layout (the packed recurrent weights
 too, within each chunk); ``blocks[g]`` is the block (0..3) of gate ``g`` in
