@@ -29,7 +29,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "asv_bench"))
 
-from benchmarks.bench_startup import _FIRST_CALLS, _GRAD  # noqa: E402 - the same first calls as asv times
+from benchmarks.bench_startup import _CELL_CALLS, _FIRST_CALLS, _GRAD  # noqa: E402 - the same first calls as asv times
 from peer_compare import _machine  # noqa: E402
 
 _FORWARD = _FIRST_CALLS.format(grad="")  # import nblstm, then a tiny float32 forward
@@ -46,6 +46,14 @@ CASES = (
     ("`import nblstm` + `nblstm.warmup()`, warm cache", "import nblstm\nnblstm.warmup()", "warm"),
     ("`import nblstm` + first forward, cold cache (JIT compile)", _FORWARD, "cold"),
     ("`import nblstm` + first forward and backward, cold cache (JIT compile)", _FORWARD_BACKWARD, "cold"),
+    ("`import nblstm` + `LSTMCell` run, `vjp` and backward, warm cache", _CELL_CALLS, "warm"),
+    ("`import nblstm` + `LSTMCell` run, `vjp` and backward, cold cache (JIT compile)", _CELL_CALLS, "cold"),
+    ("`nblstm.warmup(jobs=1)`, cold cache (every kernel, float32 and float64)",
+     "import nblstm\nnblstm.warmup(jobs=1)", "cold"),
+    ("`nblstm.warmup(jobs=2)`, cold cache (every kernel, float32 and float64)",
+     "import nblstm\nnblstm.warmup(jobs=2)", "cold"),
+    ("`python -m nblstm demo`, cold cache", "import runpy, sys\nsys.argv = ['nblstm', 'demo']\n"
+     "runpy.run_module('nblstm', run_name='__main__')", "cold"),
 )
 
 

@@ -1,4 +1,4 @@
-"""``python -m nblstm {demo,check,bench,info}``: the command line (:mod:`nblstm._tools.cli`)."""
+"""``python -m nblstm {demo,check,bench,info,warmup}``: the command line (:mod:`nblstm._tools.cli`)."""
 
 import sys
 

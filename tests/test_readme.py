@@ -1,0 +1,15 @@
+"""The README's Python examples run, in order, in one namespace (as a reader would paste them)."""
+
+import pathlib
+import re
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_examples_run():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks, "the README has Python examples"
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - the examples are the test
+    assert namespace["h_t"].shape == (namespace["B"], 64)
