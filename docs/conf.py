@@ -30,7 +30,7 @@ extensions = [
 myst_heading_anchors = 3
 
 # The Markdown reports below are parts of the performance page (included there), not pages.
-exclude_patterns = ["_build", "**/_build", "benchmarks.md", "variants.md", "startup.md"]
+exclude_patterns = ["_build", "**/_build", "benchmarks.md", "benchmarks-loaded.md", "variants.md", "startup.md"]
 templates_path = []
 
 # -- Math: MathJax 3 served with the site, never from a CDN ---------------------------------------
