@@ -218,10 +218,8 @@ def info(args, out=sys.stdout):
     for module in (numba, llvmlite, np, scipy):
         print(f"{module.__name__:11} {module.__version__}", file=out)
     print("targets     cpu" + (", cuda" if _cuda_available() else " (cuda: not available)"), file=out)
-    # The threading layer is chosen at the first parallel region: run one.
-    p = _problem(np.random.default_rng(0), 2, 8, 4, 32, np.float64)
-    ops.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"])
-    print(f"threading   numba layer {numba.threading_layer()!r}, {numba.get_num_threads()} threads", file=out)
+    # The CPU kernels run on nblstm's own worker threads (nblstm.cpu.threads), as many as numba's setting.
+    print(f"threading   {numba.get_num_threads()} worker threads (numba.get_num_threads())", file=out)
     for lib in blas_info():
         print(f"blas        {lib['internal_api']} {lib['version']} ({lib.get('architecture')}), "
               f"{lib['num_threads']} threads, {lib['filepath']}", file=out)
