@@ -34,7 +34,6 @@ Needs onnxruntime and onnx (benchmark-only dependencies, not nblstm's)::
 import argparse
 import datetime
 import gc
-import os
 import pathlib
 import platform
 import sys
@@ -46,6 +45,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's nblstm
 
 import nblstm  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "asv_bench"))
+from peer_compare import _machine  # noqa: E402 - one description of the machine for every report
 
 #: (I, H): the VAD's LSTM sizes.
 SHAPES = ((64, 64), (128, 128))
@@ -222,19 +224,6 @@ def measure(shapes, rounds, calls, threads, check_steps, seed=0):
     finally:
         gc.enable()
     return results, checks
-
-
-def _machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
 def _versions():

@@ -71,6 +71,7 @@ __all__ = [
     "backward_kernel",
     "final_state",
     "forward_kernel",
+    "forward_row",
     "masked_outputs",
     "packed_columns",
     "sequence_backward",
@@ -97,6 +98,34 @@ def packed_columns(num_units, bounds):
 # Forward
 # ---------------------------------------------------------------------------
 @njit(inline="always")
+def forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, clip_on, act, use_peepholes, one,
+                c_raw_r, c_r, ac_r, r_r):
+    """The gate maths of one row of ``uk`` units, on 1-D views indexed from 0 (so that the loop vectorizes).
+
+    ``g`` and ``pre`` hold the chunk's ``[i | j | f | o]`` recurrent and input
+    products (``4 uk`` each), ``bk`` its bias; ``pre`` gets the gates, and
+    ``c_raw_r, c_r, ac_r, r_r`` the unit's values. Also the streaming step's
+    (:mod:`nblstm.cpu.step`), so that both give the same bits.
+    """
+    uk = c_src.shape[0]
+    for jj in range(uk):
+        i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
+            g[jj] + pre[jj] + bk[jj], g[uk + jj] + pre[uk + jj] + bk[uk + jj],
+            g[2 * uk + jj] + pre[2 * uk + jj] + bk[2 * uk + jj],
+            g[3 * uk + jj] + pre[3 * uk + jj] + bk[3 * uk + jj],
+            c_src[jj], w_ik[jj], w_fk[jj], w_ok[jj], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
+        )
+        pre[jj] = i
+        pre[uk + jj] = j_gate
+        pre[2 * uk + jj] = f
+        pre[3 * uk + jj] = o
+        c_raw_r[jj] = c_raw
+        c_r[jj] = c
+        ac_r[jj] = ac
+        r_r[jj] = r
+
+
+@njit(inline="always")
 def _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
                   use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_):
     """Gate maths of step ``t`` for the units ``u0..u1-1`` of every row (inlined: ``act`` may be a constant)."""
@@ -115,21 +144,8 @@ def _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, fo
         c_src = c0[b, u0:u1] if t == 0 else c_[t - 1, b, u0:u1]
         c_raw_r, c_r, ac_r, r_r = c_raw_[t, b, u0:u1], c_[t, b, u0:u1], ac_[t, b, u0:u1], r_[t, b, u0:u1]
         if t < lengths[b]:
-            for jj in range(uk):
-                i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
-                    g[jj] + pre[jj] + bk[jj], g[uk + jj] + pre[uk + jj] + bk[uk + jj],
-                    g[2 * uk + jj] + pre[2 * uk + jj] + bk[2 * uk + jj],
-                    g[3 * uk + jj] + pre[3 * uk + jj] + bk[3 * uk + jj],
-                    c_src[jj], w_ik[jj], w_fk[jj], w_ok[jj], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
-                )
-                pre[jj] = i
-                pre[uk + jj] = j_gate
-                pre[2 * uk + jj] = f
-                pre[3 * uk + jj] = o
-                c_raw_r[jj] = c_raw
-                c_r[jj] = c
-                ac_r[jj] = ac
-                r_r[jj] = r  # also h without a projection (h_ is r_)
+            forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, clip_on, act, use_peepholes, one,
+                        c_raw_r, c_r, ac_r, r_r)  # r_r is also h without a projection (h_ is r_)
         else:
             # Past the example's length the state is carried unchanged.
             for jj in range(4 * uk):

@@ -21,10 +21,11 @@ operation, so that a step gives the bits of ``cell(x_t, state)``:
 - the recurrent product ``h @ kernel[I:]`` is :func:`~nblstm.cpu.microkernel.gemm_panels`
   on the same panels (:func:`~nblstm.cpu.pack.pack_chunks`, one chunk: each
   element's sum does not depend on the chunking);
-- the pre-activations are ``recurrent + input + bias``, in that order, and
-  the gate maths is :func:`nblstm.spec.cell_forward_unit` on row views
-  sliced to the units, with tanh's code a constant (the cell's two copies
-  of the loop) and the cell's stores, compiled with the same flags
+- the gate maths is the cell's own row loop
+  (:func:`nblstm.cpu.cell.forward_row`: ``recurrent + input + bias``, in
+  that order, then :func:`nblstm.spec.cell_forward_unit` and the cell's
+  stores) on row views sliced to the units, with tanh's code a constant
+  (the cell's two copies of the loop), compiled with the same flags
   (:data:`nblstm._jit.KERNEL`);
 - the projection ``r @ projection`` is the cell's BLAS calls in the cell's
   column chunks (their widths change BLAS's rounding too), then
@@ -54,9 +55,10 @@ from numba import njit
 
 from .._jit import KERNEL
 from ..options import clip_scalars
-from ..spec import cell_forward_unit, clip_value
+from ..spec import clip_value
 from . import half, microkernel, pool
 from .blas import kernel_section, single_threaded_blas
+from .cell import forward_row
 from .gemm import gemm_rows
 from .pack import pack_chunks
 from .partition import cell_chunk_bounds, row_bounds
@@ -112,31 +114,8 @@ def _gate_rows(f, m, act, one):
         c_raw_r = f[m[_C_RAW] + b * uk : m[_C_RAW] + (b + 1) * uk]
         ac_r = f[m[_AC] + b * uk : m[_AC] + (b + 1) * uk]
         r_r = f[r_off + b * uk : r_off + (b + 1) * uk]
-        for jj in range(uk):
-            i, j_gate, fg, o, c_raw, c, ac, r = cell_forward_unit(
-                g[jj] + pre[jj] + bk[jj],
-                g[uk + jj] + pre[uk + jj] + bk[uk + jj],
-                g[2 * uk + jj] + pre[2 * uk + jj] + bk[2 * uk + jj],
-                g[3 * uk + jj] + pre[3 * uk + jj] + bk[3 * uk + jj],
-                c_src[jj],
-                w_ik[jj],
-                w_fk[jj],
-                w_ok[jj],
-                forget_bias,
-                cell_clip,
-                clip_on,
-                act,
-                use_peepholes,
-                one,
-            )
-            pre[jj] = i
-            pre[uk + jj] = j_gate
-            pre[2 * uk + jj] = fg
-            pre[3 * uk + jj] = o
-            c_raw_r[jj] = c_raw
-            c_r[jj] = c
-            ac_r[jj] = ac
-            r_r[jj] = r
+        forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, clip_on, act, use_peepholes, one,
+                    c_raw_r, c_r, ac_r, r_r)
 
 
 @njit(**KERNEL)
