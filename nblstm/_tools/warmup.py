@@ -90,42 +90,43 @@ def _float16_shapes(shapes):
     return (shapes[0], shapes[-1])
 
 
-def _block_lstm(dtype):
-    from .. import ops
-
+def _op_problems(dtype):
+    """``(shape, storage dtype, arrays)`` of every op call of the warm-up for the compute ``dtype``."""
     rng = np.random.default_rng(0)
     for storage in _storage_dtypes(dtype):
         shapes = _op_shapes(dtype)
         for shape in _float16_shapes(shapes) if storage == np.float16 else shapes:
-            x, cs, h, w, b, p = _op_arrays(rng, *shape, storage)
-            ops.block_lstm(x, cs, h, w, b)
-            ops.block_lstm(
-                x, cs, h, w, b, p, p, p, seq_len_max=1, forget_bias=1.0, cell_clip=1.0, use_peephole=True, layout="icfo"
-            )
-            ops.block_lstm(x, cs, h, w, b, seq_len_max=0)
-            ops.lstm_block_cell(x[0], cs, h, w, b, p, p, p, cell_clip=1.0, use_peephole=True)
+            yield shape, storage, _op_arrays(rng, *shape, storage)
+
+
+def _block_lstm(dtype):
+    from .. import ops
+
+    for _, _, (x, cs, h, w, b, p) in _op_problems(dtype):
+        ops.block_lstm(x, cs, h, w, b)
+        ops.block_lstm(
+            x, cs, h, w, b, p, p, p, seq_len_max=1, forget_bias=1.0, cell_clip=1.0, use_peephole=True, layout="icfo"
+        )
+        ops.block_lstm(x, cs, h, w, b, seq_len_max=0)
+        ops.lstm_block_cell(x[0], cs, h, w, b, p, p, p, cell_clip=1.0, use_peephole=True)
 
 
 def _block_lstm_grad(dtype):
     from .. import ops
 
-    rng = np.random.default_rng(0)
-    for storage in _storage_dtypes(dtype):
-        shapes = _op_shapes(dtype)
-        for shape in _float16_shapes(shapes) if storage == np.float16 else shapes:
-            x, cs, h, w, _, p = _op_arrays(rng, *shape, storage)
-            steps, batch, _, units = shape
-            # Stand-in forward outputs: the backward trusts them, and no forward kernel is compiled here.
-            outputs = [np.full((steps, batch, units), 0.5, storage) for _ in range(7)]
-            grad = outputs[0]
-            ops.block_lstm_grad(x, cs, h, w, outputs, None, grad)
-            ops.block_lstm_grad(
-                x, cs, h, w, outputs, grad, grad, p, p, p, seq_len_max=1, use_peephole=True, layout="icfo"
-            )
-            ops.block_lstm_grad(x, cs, h, w, outputs, grad, None, seq_len_max=0)
-            step = [a[0] for a in outputs]
-            ops.lstm_block_cell_grad(x[0], cs, h, w, step, grad[0], grad[0], p, p, p, use_peephole=True)
-            ops.lstm_block_cell_grad(x[0], cs, h, w, step)
+    for shape, storage, (x, cs, h, w, _, p) in _op_problems(dtype):
+        steps, batch, _, units = shape
+        # Stand-in forward outputs: the backward trusts them, and no forward kernel is compiled here.
+        outputs = [np.full((steps, batch, units), 0.5, storage) for _ in range(7)]
+        grad = outputs[0]
+        ops.block_lstm_grad(x, cs, h, w, outputs, None, grad)
+        ops.block_lstm_grad(
+            x, cs, h, w, outputs, grad, grad, p, p, p, seq_len_max=1, use_peephole=True, layout="icfo"
+        )
+        ops.block_lstm_grad(x, cs, h, w, outputs, grad, None, seq_len_max=0)
+        step = [a[0] for a in outputs]
+        ops.lstm_block_cell_grad(x[0], cs, h, w, step, grad[0], grad[0], p, p, p, use_peephole=True)
+        ops.lstm_block_cell_grad(x[0], cs, h, w, step)
 
 
 #: ``(T, B, I, H, P)`` of the cell's calls: one chunk; several chunks on the calling thread (a call below
