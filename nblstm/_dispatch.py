@@ -80,7 +80,11 @@ class Target(Protocol):
     keeps for the target, emptied whenever its weights change, where the
     target keeps weights packed or uploaded; ``lengths`` is a validated
     ``[B]`` int64 NumPy array; ``options`` an
-    :class:`nblstm.options.CellOptions`. ``cell_backward`` takes the
+    :class:`nblstm.options.CellOptions`; ``schedule`` a
+    :class:`nblstm.schedule.Schedule` or ``None`` (steps in time order, with
+    ``lengths``): with one, ``lengths`` is its ``counts``, the outputs and
+    their gradients are in time order and everything between in step
+    order. ``cell_backward`` takes the
     ``saved`` of a ``cell_forward`` with ``with_grad`` and the gradients of
     the outputs and the final state (``None`` for zeros).
 
@@ -103,7 +107,7 @@ class Target(Protocol):
     def lstm_block_cell_grad(self, *, cs_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, options, stream): ...
 
     def cell_forward(self, *, inputs, c0, h0, weights, cache, lengths, options, join_state,
-                     with_grad) -> CellForward: ...
+                     with_grad, schedule=None) -> CellForward: ...
 
     def cell_backward(self, *, saved, d_outputs, d_c, d_h, join_state) -> CellBackward: ...
 

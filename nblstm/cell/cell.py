@@ -36,6 +36,7 @@ from .. import _validate as v
 from .. import convert
 from .._dispatch import target_for
 from ..options import CellOptions
+from ..schedule import schedule
 from .activations import activation_of
 from .initializers import initializer_of
 from .weights import checked_weights, initial_weights, load, save, weight_shapes
@@ -876,14 +877,19 @@ class LSTMCell:
         """A target's state ``(c, h)`` as an :class:`LSTMStateTuple` (a joined state stays one array)."""
         return LSTMStateTuple(*state) if self.state_is_tuple else state
 
-    def _run(self, info, inputs, state, sequence_length, with_grad):
-        """Validate everything, then run the forward kernels; returns ``(outputs, final_state, ctx)``."""
+    def _run(self, info, inputs, state, sequence_length, with_grad, mask=None, reverse=False):
+        """Validate everything, then run the forward kernels; returns ``(outputs, final_state, ctx)``.
+
+        ``mask`` (a validated ``[B, T]`` bool array, or ``None``) and
+        ``reverse`` choose the order of the steps (:mod:`nblstm.schedule`).
+        """
         dtype = info.dtype
         batch = info.shape[-2]
         steps = 1 if len(info.shape) == 2 else info.shape[0]
         c0, h0 = self._state_arrays(state, batch, dtype, info.kind, "state" if len(info.shape) == 2
                                     else "initial_state")
         lengths = v.check_lengths(sequence_length, steps, batch)
+        order = schedule(steps, batch, lengths, mask, reverse)
         if self._weights is None:
             if self._dtype is None:
                 self._dtype = dtype
@@ -891,7 +897,7 @@ class LSTMCell:
         target = target_for(info.kind)
         outputs, final, saved = target.cell_forward(
             inputs=inputs, c0=c0, h0=h0, weights=self._weights, cache=self._target_cache, lengths=lengths,
-            options=self._options(), join_state=not self.state_is_tuple, with_grad=with_grad)
+            options=self._options(), join_state=not self.state_is_tuple, with_grad=with_grad, schedule=order)
         ctx = None
         if with_grad:
             ctx = {"saved": saved, "target": target, "dtype": dtype, "kind": info.kind, "shape": (steps, batch)}

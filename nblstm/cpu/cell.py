@@ -59,7 +59,7 @@ from numba import njit
 from .._jit import KERNEL
 from ..options import clip_scalars
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
-from . import microkernel, pool, sync, threads
+from . import microkernel, pool, regroup, sync, threads
 from .blas import kernel_section
 from .fused import weight_grads_block as fused_weight_grads_block
 from .gemm import gemm_rows, gemm_tn
@@ -206,7 +206,7 @@ def _forward_proj(t, p0, p1, r_, h0, w_proj, work, lengths, proj_clip, proj_clip
 
 def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
                    forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj, work,
-                   proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_):
+                   proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_, project=True):
     """The cell's forward pass over ``T = gates.shape[0]`` steps.
 
     Parameters
@@ -255,6 +255,9 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
     h_ : [T, B, P] array
         Output: the carried output state ``h``. Without a projection it is
         the same array as ``r_``.
+    project : bool, default True
+        Compute the input projection into ``gates``; ``False``: ``gates``
+        already holds it, in step order (:mod:`nblstm.schedule`).
     """
     # Stage 0 is the input projection (its row blocks), stage 1 + 2 t the
     # units of step t, stage 2 + 2 t its projection (every unit's r first).
@@ -269,13 +272,20 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
     threads.run(forward_worker, (claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
                                  proj_bounds, lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, proj_clip,
                                  proj_clip_on, act, use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_,
-                                 r_, h_raw_, h_), min(workers, call_threads(macs, workers)))
+                                 r_, h_raw_, h_, np.bool_(project)), min(workers, call_threads(macs, workers)))
+
+
+@njit(**KERNEL)
+def projection_worker(w, claims, done, x2d, w_x, rows, pre2d):
+    """Worker ``w``'s row blocks of the input projection ``pre2d = x2d @ w_x`` (stage 0 of ``claims``)."""
+    for r in sync.claimed_chunks(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False)):
+        gemm_rows(x2d, w_x, pre2d, rows, r)
 
 
 @njit(**KERNEL)
 def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds,
                    lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act,
-                   use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_):
+                   use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_, project):
     """Worker ``w``'s part of :func:`forward_kernel`: the chunks it claims (:mod:`nblstm.cpu.sync`); workers past
     the last chunk only help with the input projection."""
     one = gates.dtype.type(1.0)
@@ -283,10 +293,9 @@ def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds,
     clip = gates.dtype.type(cell_clip)
     pclip = gates.dtype.type(proj_clip)
     steps, batch, four_units = gates.shape
-    pre2d = gates.reshape((steps * batch, four_units))
-    for r in sync.claimed_chunks(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False)):
-        gemm_rows(x2d, w_x, pre2d, rows, r)
-    sync.wait_for(done, 0, rows.shape[0] - 1)
+    if project:
+        projection_worker(w, claims, done, x2d, w_x, rows, gates.reshape((steps * batch, four_units)))
+        sync.wait_for(done, 0, rows.shape[0] - 1)
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1  # <= num_chunks
     if w >= num_chunks:
@@ -677,7 +686,7 @@ def _kernel_options(options, has_proj):
             *clip_scalars(options.proj_clip if has_proj else None), int(options.activation))
 
 
-def sequence_forward(x, c0, h0, packed, lengths, options):
+def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None):
     """Whole-sequence forward of the cell on validated arrays of the compute dtype.
 
     Parameters
@@ -688,6 +697,9 @@ def sequence_forward(x, c0, h0, packed, lengths, options):
     packed : PackedWeights
     lengths : [B] int64 array
     options : nblstm.options.CellOptions
+    schedule : nblstm.schedule.Schedule, optional
+        The order of the steps (``lengths`` is then its ``counts``); the
+        saved values are in step order.
 
     Returns
     -------
@@ -702,7 +714,7 @@ def sequence_forward(x, c0, h0, packed, lengths, options):
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
-    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options}
+    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": schedule}
     if steps == 0 or batch == 0:
         gates = np.zeros((steps, batch, 4 * units), dtype)
         c_raw_, c_, ac_, r_ = (np.zeros((steps, batch, units), dtype) for _ in range(4))
@@ -721,11 +733,22 @@ def sequence_forward(x, c0, h0, packed, lengths, options):
     rows = steps * batch
     work = pool.aligned(batch * int(packed.rec_off[-1]), dtype)
     proj_work = np.empty(batch * depth, dtype)
+    x_rows = row_bounds(rows, inputs * 4 * units)
     with kernel_section():
-        forward_kernel(x.reshape(rows, inputs), packed.w_x, row_bounds(rows, inputs * 4 * units), c0, h0,
+        if schedule is not None:
+            # The projection of every time, in time order, then its rows in step order.
+            pre = pool.aligned((steps, batch, 4 * units), dtype)
+            blocks = x_rows.shape[0] - 1
+            claims, done = sync.counters(1, blocks)
+            threads.run(projection_worker, (claims, done, x.reshape(rows, inputs), packed.w_x, x_rows,
+                                            pre.reshape(rows, 4 * units)),
+                        min(blocks, call_threads(rows * inputs * 4 * units, blocks)))
+            regroup.gather(pre, schedule.time_of, gates)
+        forward_kernel(x.reshape(rows, inputs), packed.w_x, x_rows, c0, h0,
                        packed.bias, packed.w_rec, packed.bounds, packed.rec_off, packed.w_proj, packed.proj_bounds,
                        c(lengths, np.int64), *packed.peepholes, *_kernel_options(options, packed.has_proj),
-                       packed.use_peepholes, packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_)
+                       packed.use_peepholes, packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_,
+                       project=schedule is None)
     return saved
 
 
@@ -737,9 +760,15 @@ def final_state(saved):
 
 
 def masked_outputs(saved):
-    """Outputs ``[T, B, P]``: ``h``, zero from each example's length on."""
+    """Outputs ``[T, B, P]``: ``h``, zero from each example's length on (in time order with a schedule)."""
     h = saved["h"]
     steps = h.shape[0]
+    schedule = saved["schedule"]
+    if schedule is not None:
+        out = np.empty(h.shape, h.dtype)
+        if out.size:
+            regroup.gather(h, schedule.output_of, out)
+        return out
     lengths = saved["lengths"]
     if lengths.size == 0 or lengths.min() >= steps:  # nothing to mask (the usual case)
         return h.copy()
@@ -786,8 +815,9 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
         c = np.ascontiguousarray
         # The gate gradients overwrite the saved gates: with the forward pass,
         # one [T, B, 4H] array in all.
+        schedule = saved["schedule"]
         if saved["gates"] is None:  # consumed by an earlier backward pass: recompute
-            saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"]))
+            saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"], schedule))
         dgates = saved["gates"]
         saved["gates"] = None
         dh_raw = pool.aligned((steps, batch, depth), dtype)
@@ -799,14 +829,28 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
         w_rows, col_blocks, proj_rows = (block_bounds(n, num_blocks) for n in (inputs + depth, 4 * units, units))
         packed_grad = np.empty((inputs + depth, 4 * units), dtype)
         packed_b = np.empty(4 * units, dtype)
+        h_steps, h_first = saved["h"].reshape(rows, depth), h0
         with kernel_section():
+            d_out = c(d_out, dtype)
+            if schedule is not None:  # the output gradients in step order (summed where outputs repeat)
+                d_out_steps = pool.aligned((steps, batch, depth), dtype)
+                regroup.scatter_add(d_out, schedule.output_of, d_out_steps)
+                d_out = d_out_steps
             backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["h_raw"],
-                            c(d_out, dtype), packed.w_rec_t, packed.rt_off, packed.bounds, packed.w_proj_t,
+                            d_out, packed.w_rec_t, packed.rt_off, packed.bounds, packed.w_proj_t,
                             packed.proj_bounds,
                             lengths, *packed.peepholes, *_kernel_options(saved["options"], packed.has_proj)[1:],
                             packed.use_peepholes, packed.has_proj, work, proj_work, dgates, dh_raw, dc, dh,
                             *peephole_grads)
-            weight_grads_kernel(x.reshape(rows, inputs), saved["h"].reshape(rows, depth), h0,
+            if schedule is not None:
+                # Back to time order: the gate gradients, and each time's previous output (h0 before step 0).
+                dgates_steps, dgates = dgates, pool.aligned((steps, batch, 4 * units), dtype)
+                regroup.gather(dgates_steps, schedule.step_of, dgates)
+                h_prev = pool.aligned((steps, batch, depth), dtype)
+                regroup.gather(saved["h"], schedule.step_of, h_prev, first=h0, shift=1)
+                # weight_grads_kernel reads row r - B as the previous output of row r, h_first before row B.
+                h_first, h_steps = h_prev[0], h_prev[1:].reshape((steps - 1) * batch, depth)
+            weight_grads_kernel(x.reshape(rows, inputs), h_steps, h_first,
                                 saved["r"].reshape(rows, units), dgates.reshape(rows, 4 * units),
                                 dh_raw.reshape(rows, depth), packed.w_x, x_rows, w_rows, col_blocks, proj_rows,
                                 packed.perm, packed.has_proj, d_x.reshape(rows, inputs), packed_grad, packed_b,

@@ -135,7 +135,8 @@ class CpuTarget:
 
     # -- the cell ------------------------------------------------------------------------------------------
 
-    def cell_forward(self, *, inputs, c0, h0, weights, cache, lengths, options, join_state, with_grad):
+    def cell_forward(self, *, inputs, c0, h0, weights, cache, lengths, options, join_state, with_grad,
+                     schedule=None):
         dtype = inputs.dtype
         ct = compute_dtype(dtype)
         x = inputs[None] if inputs.ndim == 2 else inputs
@@ -144,7 +145,9 @@ class CpuTarget:
         c0 = np.zeros((batch, packed.units), ct) if c0 is None else c0
         h0 = np.zeros((batch, packed.depth), ct) if h0 is None else h0
         x, c0, h0 = (np.ascontiguousarray(to_compute(a, ct)) for a in (x, c0, h0))
-        saved = cell.sequence_forward(x, c0, h0, packed, lengths, options)
+        if schedule is not None:
+            lengths = schedule.counts
+        saved = cell.sequence_forward(x, c0, h0, packed, lengths, options, schedule)
         c_final, h_final = cell.final_state(saved)
         outputs = to_storage(cell.masked_outputs(saved), dtype)
         state = _state(c_final, h_final, dtype, join_state)

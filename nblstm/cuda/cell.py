@@ -50,7 +50,7 @@ from numba import cuda
 from ..options import clip_scalars
 from .cell_kernels import backward_h_step, backward_units_step, forward_step, project_step
 from .config import SB, SJ, ceil_div, padded, size
-from .elementwise import masked_outputs, write_state
+from .elementwise import gather_rows, masked_outputs, scatter_add_rows, write_state
 from .interop import as_device
 from .launch import Repeat, call, regions
 
@@ -166,7 +166,7 @@ def _state_shapes(batch, units, depth, join_state):
     return [(batch, units + depth)] if join_state else [(batch, units), (batch, depth)]
 
 
-def sequence_forward(inputs, c0, h0, weights, cache, lengths, options, join_state, with_grad):
+def sequence_forward(inputs, c0, h0, weights, cache, lengths, options, join_state, with_grad, schedule=None):
     """Forward of the cell over a sequence (or one step) on the GPU, from validated arguments.
 
     Parameters
@@ -189,6 +189,10 @@ def sequence_forward(inputs, c0, h0, weights, cache, lengths, options, join_stat
         instead of ``(c, h)``.
     with_grad : bool
         Keep what :func:`sequence_backward` needs.
+    schedule : nblstm.schedule.Schedule, optional
+        The order of the steps (``lengths`` is then its ``counts``): the
+        input projection of every time is gathered into step order, the
+        outputs back into time order.
 
     Returns
     -------
@@ -211,8 +215,14 @@ def sequence_forward(inputs, c0, h0, weights, cache, lengths, options, join_stat
             c0 = run.read_only_zeros((batch, units))
         if h0 is None:
             h0 = run.read_only_zeros((batch, depth))
+        if schedule is not None:
+            lengths = schedule.counts
         s = int(lengths.max()) if batch else 0
         d_lengths = cuda.to_device(np.ascontiguousarray(lengths, np.int64), stream=run.stream) if batch else None
+        maps = None
+        if schedule is not None and batch:
+            maps = {name: cuda.to_device(np.ascontiguousarray(getattr(schedule, name)), stream=run.stream)
+                    for name in ("time_of", "step_of", "output_of")}
         out_shape = (steps, batch, depth)
         offsets, total = regions(run, [out_shape, *_state_shapes(batch, units, depth, join_state)])
         flat = run.results(total)
@@ -226,27 +236,37 @@ def sequence_forward(inputs, c0, h0, weights, cache, lengths, options, join_stat
             gates = alloc((s, batch, 4 * units))
             cells = alloc((4, s, batch, units))
             hs = alloc((2, s, batch, depth)) if w.has_proj else cells[2:4]
-            _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells,
-                           hs)
+            _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells, hs, maps)
             c_last, h_last, h_all = cells[1, s - 1], hs[1, s - 1], hs[1]
-        run.elementwise(masked_outputs, size(out_shape), d_lengths, h_all, outputs, run.dtype.type(0))
+        if maps is None:
+            run.elementwise(masked_outputs, size(out_shape), d_lengths, h_all, outputs, run.dtype.type(0))
+        else:  # no step computed: every index is -1 and h_all is not read
+            run.elementwise(gather_rows, size(out_shape), h_all, h0, maps["output_of"], 0, outputs,
+                            run.dtype.type(0))
         where, parts = _state_parts(offsets[1:], batch, units, depth, join_state)
         run.elementwise(write_state, batch * (units + depth), c_last, h_last, flat, *where)
         results = run.finish([(0, out_shape), *parts])
         if with_grad:
             saved = {"inputs": inputs, "x": x, "c0": c0, "h0": h0, "lengths": d_lengths, "steps": s, "weights": w,
-                     "gates": gates, "cells": cells, "hs": hs, "options": options}
+                     "gates": gates, "cells": cells, "hs": hs, "options": options, "maps": maps}
     state = results[1] if join_state else (results[1], results[2])
     return results[0], state, saved
 
 
-def _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells, hs):
+def _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells, hs, maps=None):
     """The input GEMM and the time loop of the forward pass (``s >= 1`` steps, ``B >= 1``)."""
-    batch, inputs = x.shape[1], x.shape[2]
+    steps, batch, inputs = x.shape
     units, depth = w.units, w.depth
     forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act = _kernel_options(options, run.dtype.type)
-    # The input projection of all steps plus the bias, straight into the gates array.
-    run.gemm(x[:s].reshape(s * batch, inputs), w.w_x, gates.reshape(s * batch, 4 * units), bias=w.bias)
+    if maps is None:
+        # The input projection of all steps plus the bias, straight into the gates array.
+        run.gemm(x[:s].reshape(s * batch, inputs), w.w_x, gates.reshape(s * batch, 4 * units), bias=w.bias)
+    else:
+        # The projection of every time, then its rows in step order (time_of[:s]: C-contiguous rows).
+        pre = run.scratch((steps, batch, 4 * units))
+        run.gemm(x.reshape(steps * batch, inputs), w.w_x, pre.reshape(steps * batch, 4 * units), bias=w.bias)
+        run.elementwise(gather_rows, size(gates.shape), pre, pre[0], maps["time_of"][:s], 0, gates,
+                        run.dtype.type(0))
     block = (SJ, SB)
     rows = ceil_div(batch, SB)
     step = Repeat(forward_step, (ceil_div(units, SJ), rows), block, run.stream,
@@ -345,8 +365,13 @@ def _backward_steps(run, saved, d_out, dc, dh, d_x, d_weights):
     x, c0, h0, w, s = saved["x"], saved["c0"], saved["h0"], saved["weights"], saved["steps"]
     gates, cells, hs, d_lengths = saved["gates"], saved["cells"], saved["hs"], saved["lengths"]
     _, cell_clip, clip_on, proj_clip, proj_clip_on, act = _kernel_options(saved["options"], run.dtype.type)
-    batch, inputs = x.shape[1], x.shape[2]
+    steps, batch, inputs = x.shape
     units, depth = w.units, w.depth
+    maps = saved["maps"]
+    if maps is not None:  # the output gradients in step order (summed where outputs repeat)
+        d_out_steps = run.scratch((s, batch, depth))
+        run.elementwise(scatter_add_rows, batch * depth, d_out, maps["output_of"], d_out_steps, run.dtype.type(0))
+        d_out = d_out_steps
     dgates = run.scratch((s, batch, 4 * units))
     # Without a projection the gradient of h is never stored per step (no projection gradient needs it).
     dh_raw = run.scratch((s, batch, depth)) if w.has_proj else dgates
@@ -367,8 +392,15 @@ def _backward_steps(run, saved, d_out, dc, dh, d_x, d_weights):
     # d_bias = column sums of dG, d_projection = r^T @ dh_raw.
     dg2 = dgates.reshape(s * batch, 4 * units)
     d_kernel = d_weights["kernel"][1]
-    run.gemm(dg2, w.w_x, d_x[:s].reshape(s * batch, inputs), trans_b=True)
-    run.gemm(x[:s].reshape(s * batch, inputs), dg2, d_kernel[:inputs], trans_a=True)
+    if maps is None:
+        run.gemm(dg2, w.w_x, d_x[:s].reshape(s * batch, inputs), trans_b=True)
+        run.gemm(x[:s].reshape(s * batch, inputs), dg2, d_kernel[:inputs], trans_a=True)
+    else:  # the input's share in time order: the gate gradients gathered back to their times
+        dg_times = run.scratch((steps, batch, 4 * units)).reshape(steps * batch, 4 * units)
+        run.elementwise(gather_rows, dg_times.size, dgates, dgates[0], maps["step_of"], 0,
+                        dg_times.reshape(steps, batch, 4 * units), run.dtype.type(0))
+        run.gemm(dg_times, w.w_x, d_x.reshape(steps * batch, inputs), trans_b=True)
+        run.gemm(x.reshape(steps * batch, inputs), dg_times, d_kernel[:inputs], trans_a=True)
     run.gemm(h0, dgates[0], d_kernel[inputs:], trans_a=True)
     if s > 1:
         run.gemm(hs[1][:s - 1].reshape((s - 1) * batch, depth), dgates[1:].reshape((s - 1) * batch, 4 * units),

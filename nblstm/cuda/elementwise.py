@@ -1,4 +1,4 @@
-"""Kernels without shared memory: fills, copies with a cast, column reductions, the cell's output masks.
+"""Kernels without shared memory: fills, copies with a cast, column reductions, the cell's output masks and rows.
 
 Grid-stride loops over their elements, launched by
 :meth:`nblstm.cuda.launch.Launcher.elementwise`; generic, specialised lazily
@@ -8,10 +8,10 @@ reductions run in a fixed order: deterministic.
 
 from numba import cuda
 
-from .registry import A1, A2, A3, ANY1, ANY2, ANY3, I64, LENGTHS, SCALAR, kernel
+from .registry import A1, A2, A3, ANY1, ANY2, ANY3, I64, INDEX, LENGTHS, SCALAR, kernel
 
-__all__ = ["column_sums", "copy1", "copy2", "copy3", "fill", "fill2", "masked_outputs", "peephole_grads",
-           "write_state"]
+__all__ = ["column_sums", "copy1", "copy2", "copy3", "fill", "fill2", "gather_rows", "masked_outputs",
+           "peephole_grads", "scatter_add_rows", "write_state"]
 
 
 @kernel("common", storage=True)
@@ -154,3 +154,63 @@ def write_state(c: A2, h: A2, out: A1, c_offset: I64, c_row: I64, h_offset: I64,
             out[c_offset + b * c_row + u] = c[b, u]
         else:
             out[h_offset + b * h_row + u - units] = h[b, u - units]
+
+
+@kernel("cell")
+def gather_rows(src: A3, first: A2, index: INDEX, shift: I64, dst: A3, zero: SCALAR):
+    """``dst[t, b] = src[index[t, b] - shift, b]``; ``first[b]`` where ``0 <= index < shift``; zero where ``index < 0``.
+
+    Rows between time order and step order (:mod:`nblstm.schedule`).
+
+    Parameters
+    ----------
+    src : [S, B, N] array
+    first : [B, N] array
+        The row before ``src[0]`` (read only with ``shift = 1``).
+    index : [T, B] int64 array
+    shift : int
+        0 or 1.
+    dst : [T, B, N] array
+    zero : scalar of the dtype of ``dst``
+    """
+    steps, batch, width = dst.shape
+    per_step = batch * width
+    for k in range(cuda.grid(1), steps * per_step, cuda.gridsize(1)):
+        t = k // per_step
+        rest = k % per_step
+        b = rest // width
+        n = rest % width
+        i = index[t, b]
+        if i < 0:
+            dst[t, b, n] = zero
+        elif i < shift:
+            dst[t, b, n] = first[b, n]
+        else:
+            dst[t, b, n] = src[i - shift, b, n]
+
+
+@kernel("cell")
+def scatter_add_rows(src: A3, index: INDEX, dst: A3, zero: SCALAR):
+    """``dst[s, b] = sum of src[t, b] over the times t with index[t, b] == s``, in time order (zero where none).
+
+    One thread per column ``(b, n)``, over every time of its example: no
+    atomics, a fixed order of the sums.
+
+    Parameters
+    ----------
+    src : [T, B, N] array
+    index : [T, B] int64 array
+        Values in ``[-1, S)``.
+    dst : [S, B, N] array
+    zero : scalar of the dtype of ``dst``
+    """
+    steps, batch, width = dst.shape
+    for k in range(cuda.grid(1), batch * width, cuda.gridsize(1)):
+        b = k // width
+        n = k % width
+        for s in range(steps):
+            dst[s, b, n] = zero
+        for t in range(src.shape[0]):
+            i = index[t, b]
+            if i >= 0:
+                dst[i, b, n] += src[t, b, n]

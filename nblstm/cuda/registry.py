@@ -18,6 +18,8 @@ argument list is written once, in the kernel's own ``def``, and
     ``int64``, ``bool``.
 :data:`LENGTHS`
     C-contiguous ``[B]`` int64 array.
+:data:`INDEX`
+    C-contiguous ``[T, B]`` int64 array (the maps of :mod:`nblstm.schedule`).
 
 Kernels that also run on float16 storage arrays (``storage=True``: the
 dtype casts and the fill) get float16 signatures too: a copy from float16
@@ -29,13 +31,13 @@ import inspect
 import numpy as np
 from numba import cuda, types
 
-__all__ = ["A1", "A2", "A3", "A4", "ANY1", "ANY2", "ANY3", "BOOL", "I64", "KERNELS", "LENGTHS", "SCALAR", "kernel",
-           "signatures"]
+__all__ = ["A1", "A2", "A3", "A4", "ANY1", "ANY2", "ANY3", "BOOL", "I64", "INDEX", "KERNELS", "LENGTHS", "SCALAR",
+           "kernel", "signatures"]
 
 # The kinds of kernel parameters (annotations of the kernels' parameters).
 A1, A2, A3, A4 = "a1", "a2", "a3", "a4"
 ANY1, ANY2, ANY3 = "any1", "any2", "any3"
-SCALAR, I64, BOOL, LENGTHS = "s", "i64", "b", "lengths"
+SCALAR, I64, BOOL, LENGTHS, INDEX = "s", "i64", "b", "lengths", "index"
 
 #: ``[(family, dispatcher, storage)]`` of every kernel, in declaration order.
 KERNELS = []
@@ -65,6 +67,8 @@ def _type(kind, nt):
         return types.boolean
     if kind == "lengths":
         return types.Array(types.int64, 1, "C")
+    if kind == "index":
+        return types.Array(types.int64, 2, "C")
     if kind.startswith("any"):
         return types.Array(nt, int(kind[3:]), "A")
     if kind[0] == "a":

@@ -30,9 +30,10 @@ class CudaTarget:
     def lstm_block_cell_grad(self, *, cs_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, options, stream=None):
         return fused.lstm_block_cell_grad(cs_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, options, stream)
 
-    def cell_forward(self, *, inputs, c0, h0, weights, cache, lengths, options, join_state, with_grad):
+    def cell_forward(self, *, inputs, c0, h0, weights, cache, lengths, options, join_state, with_grad,
+                     schedule=None):
         return CellForward(*cell.sequence_forward(inputs, c0, h0, weights, cache, lengths, options, join_state,
-                                                  with_grad))
+                                                  with_grad, schedule))
 
     def cell_backward(self, *, saved, d_outputs, d_c, d_h, join_state):
         return CellBackward(*cell.sequence_backward(saved, d_outputs, d_c, d_h, join_state))
