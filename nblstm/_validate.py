@@ -16,10 +16,12 @@ __all__ = [
     "check_arrays",
     "check_batch_size",
     "check_bool",
+    "check_choice",
     "check_clip_bound",
     "check_dtype",
     "check_layout",
     "check_lengths",
+    "check_mask",
     "check_positive_int",
     "check_real",
     "check_seq_len_max",
@@ -222,6 +224,38 @@ def check_batch_size(value, name="batch_size"):
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
     return int(value)
+
+
+def check_choice(name, value, choices):
+    """Return ``value`` (a str, lower-cased) if it is one of ``choices``; ``TypeError``/``ValueError`` otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {choices}, got {type(value).__name__}")
+    if value.lower() not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value.lower()
+
+
+def check_mask(mask, steps, batch, name="mask"):
+    """A Keras mask as a ``[B, T]`` bool NumPy array (``True``: the step is computed).
+
+    ``mask`` may be a NumPy array, nested lists, or an array on a GPU (copied
+    to the host: the schedule is built there), of dtype bool or 0/1 integers.
+    """
+    if not isinstance(mask, np.ndarray):
+        if hasattr(mask, "copy_to_host") or hasattr(mask, "__cuda_array_interface__"):
+            mask = to_host(mask)
+        elif isinstance(mask, (list, tuple)):
+            mask = np.asarray(mask)
+        else:
+            raise TypeError(f"{name} must be a [B, T] bool array, got {type(mask).__name__}")
+    if mask.dtype != np.bool_:
+        if mask.dtype.kind not in "iu" or mask.size and not np.isin(mask, (0, 1)).all():
+            raise TypeError(f"{name} must be a [B, T] bool array (or of 0/1 integers), got dtype {mask.dtype}")
+        mask = mask.astype(bool)
+    if mask.shape != (batch, steps):
+        raise ValueError(f"{name} has shape {mask.shape}; expected [B, T] = ({batch}, {steps}) (Keras's layout: "
+                         "batch first, whatever the layout of the inputs)")
+    return np.ascontiguousarray(mask)
 
 
 def check_lengths(sequence_length, steps, batch):

@@ -15,7 +15,10 @@ turns clipping off" (TensorFlow's), is converted to it at the boundary by
 
 from typing import NamedTuple
 
-__all__ = ["CellOptions", "OpOptions", "clip_scalars", "op_cell_clip"]
+__all__ = ["GATE_FUNCTIONS", "CellOptions", "OpOptions", "clip_scalars", "op_cell_clip"]
+
+#: The gate functions of the cell (Keras's ``recurrent_activation``), by their codes.
+GATE_FUNCTIONS = ("sigmoid", "hard_sigmoid")
 
 
 class OpOptions(NamedTuple):
@@ -50,12 +53,20 @@ class CellOptions(NamedTuple):
         Clip bound of the projected output (``None`` without a projection).
     activation : int
         Activation code (:data:`nblstm.spec.ACTIVATIONS`).
+    gate : int
+        Gate function code: the index in :data:`GATE_FUNCTIONS`.
     """
 
     forget_bias: float = 1.0
     cell_clip: float | None = None
     proj_clip: float | None = None
     activation: int = 0
+    gate: int = 0
+
+    def kernel_code(self):
+        """The one integer the kernels take: the activation code plus 16 times the gate code
+        (:func:`nblstm.spec.cell_forward_unit`), so that a gate function adds no kernel argument."""
+        return int(self.activation) + 16 * int(self.gate)
 
 
 def op_cell_clip(cell_clip):

@@ -386,7 +386,11 @@ ACTIVATIONS = {
     "softplus": 5,
     "selu": 6,
     "linear": 7,
+    "hard_sigmoid": 8,
 }
+
+#: Codes of the gate functions (:data:`nblstm.options.GATE_FUNCTIONS`) as activation codes.
+_GATE_ACTIVATION = (2, 8)
 
 # SELU's constants (Klambauer et al., 2017), as in Keras.
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -441,6 +445,9 @@ def activation(code, x, one):
         if x > zero:
             return scale * x
         return scale * cast_like(SELU_ALPHA, one) * math.expm1(x)
+    if code == 8:
+        # Keras 3's hard_sigmoid: relu6(x + 3) / 6.
+        return min(max(x + cast_like(3.0, one), zero), cast_like(6.0, one)) / cast_like(6.0, one)
     return x
 
 
@@ -472,6 +479,9 @@ def activation_grad(code, y, one):
         if y > zero:
             return scale
         return y + scale * cast_like(SELU_ALPHA, one)
+    if code == 8:
+        # relu6(x + 3) / 6: slope 1/6 strictly inside (0, 1), 0 at and past the kinks (TensorFlow's relu6 gradient).
+        return one / cast_like(6.0, one) if zero < y < one else zero
     return one
 
 
@@ -494,7 +504,8 @@ def cell_forward_unit(
         Clip bound, ``>= 0``; used only when ``clip_on``.
     clip_on : bool
     act : int
-        Activation code (:data:`ACTIVATIONS`) for ``j`` and the cell output.
+        Activation code (:data:`ACTIVATIONS`) for ``j`` and the cell output,
+        plus 16 times the gate function's code (0: sigmoid, 1: hard sigmoid).
     use_peepholes : bool
     one : scalar
         The number 1 in the compute type.
@@ -506,19 +517,29 @@ def cell_forward_unit(
         (``j`` after ``act``), the cell before and after clipping, ``act(c)``
         and the unit's output before the projection ``r = o * act(c)``.
     """
+    gate = act // 16  # the kernels' code: activation + 16 * gate function (CellOptions.kernel_code)
+    act = act % 16
     if use_peepholes:
         a_i = a_i + w_i * c_prev
         a_f = a_f + w_f * c_prev
-    i = sigmoid(a_i, one)
+    i = _gate(gate, a_i, one)
     j = activation(act, a_j, one)
-    f = sigmoid(a_f + forget_bias, one)
+    f = _gate(gate, a_f + forget_bias, one)
     c_raw = f * c_prev + i * j
     c = clip_value(c_raw, cell_clip, clip_on)
     if use_peepholes:
         a_o = a_o + w_o * c
-    o = sigmoid(a_o, one)
+    o = _gate(gate, a_o, one)
     ac = activation(act, c, one)
     return i, j, f, o, c_raw, c, ac, o * ac
+
+
+@njit(inline="always")
+def _gate(gate, x, one):
+    """The gate function ``gate`` (0: sigmoid, 1: hard sigmoid) of ``x``."""
+    if gate == 0:
+        return sigmoid(x, one)
+    return activation(_GATE_ACTIVATION[1], x, one)
 
 
 @njit(inline="always")
@@ -552,14 +573,23 @@ def cell_backward_unit(
         ``(di, dj, df, do, dc_prev)``: gradients of the four gate
         pre-activations and of the previous cell state.
     """
-    do = dr * ac * o * (one - o)
+    gate = act // 16
+    act = act % 16
+    if gate == 0:  # sigmoid: its derivative y (1 - y), in this order of products
+        do = dr * ac * o * (one - o)
+    else:
+        do = dr * ac * activation_grad(_GATE_ACTIVATION[1], o, one)
     dc = dc_next + dr * o * activation_grad(act, ac, one)
     if use_peepholes:
         dc = dc + do * w_o
     dc = dc * clip_value_grad(c_raw, cell_clip, clip_on, one)
     dj = dc * i * activation_grad(act, j, one)
-    di = dc * j * i * (one - i)
-    df = dc * c_prev * f * (one - f)
+    if gate == 0:
+        di = dc * j * i * (one - i)
+        df = dc * c_prev * f * (one - f)
+    else:
+        di = dc * j * activation_grad(_GATE_ACTIVATION[1], i, one)
+        df = dc * c_prev * activation_grad(_GATE_ACTIVATION[1], f, one)
     dc_prev = dc * f
     if use_peepholes:
         dc_prev = dc_prev + di * w_i + df * w_f

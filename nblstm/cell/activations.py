@@ -11,7 +11,7 @@ __all__ = ["ACTIVATION_NAMES", "Activation", "activation_of"]
 
 #: Activation names accepted by :class:`nblstm.LSTMCell` (Keras names), in the order of their codes in
 #: ``nblstm.spec.ACTIVATIONS`` (not imported here: it imports numba; a test checks that the two agree).
-ACTIVATION_NAMES = ("tanh", "relu", "sigmoid", "elu", "softsign", "softplus", "selu", "linear")
+ACTIVATION_NAMES = ("tanh", "relu", "sigmoid", "elu", "softsign", "softplus", "selu", "linear", "hard_sigmoid")
 # SELU's constants (Klambauer et al., 2017), as in Keras and nblstm.spec.
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -30,6 +30,7 @@ _NUMPY_ACTIVATIONS = {
     "softplus": lambda x: np.logaddexp(0, x),
     "selu": lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
     "linear": lambda x: x,
+    "hard_sigmoid": lambda x: np.clip(x + 3.0, 0.0, 6.0) / 6.0,  # Keras 3's: relu6(x + 3) / 6
 }
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from .. import _validate as v
 from .. import convert
 from .._dispatch import target_for
-from ..options import CellOptions
+from ..options import GATE_FUNCTIONS, CellOptions
 from ..schedule import schedule
 from .activations import activation_of
 from .initializers import initializer_of
@@ -99,6 +99,9 @@ class LSTMCell:
         float16 is computed in float32 and rounded to float16.
     seed : int, optional
         Seed of the initializer's random numbers (reproducible weights).
+    recurrent_activation : {"sigmoid", "hard_sigmoid"}, default "sigmoid"
+        The gate function (Keras's name; an nblstm extension: TensorFlow 1
+        has sigmoid only). ``"hard_sigmoid"`` is Keras 3's, ``relu6(x + 3) / 6``.
     **kwargs
         ``trainable`` only; anything else is a ``TypeError``.
 
@@ -121,7 +124,8 @@ class LSTMCell:
 
     def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None, num_proj=None,
                  proj_clip=None, num_unit_shards=None, num_proj_shards=None, forget_bias=1.0, state_is_tuple=True,
-                 activation=None, reuse=None, name=None, dtype=None, seed=None, **kwargs):
+                 activation=None, reuse=None, name=None, dtype=None, seed=None, recurrent_activation="sigmoid",
+                 **kwargs):
         unknown = sorted(set(kwargs) - set(_ALLOWED_KWARGS))
         if unknown:
             raise TypeError(f"LSTMCell got unexpected keyword arguments: {', '.join(unknown)}")
@@ -140,6 +144,7 @@ class LSTMCell:
         self.forget_bias = v.check_real("forget_bias", forget_bias)
         self.state_is_tuple = v.check_bool("state_is_tuple", state_is_tuple)
         self.activation = activation_of(activation)
+        self.recurrent_activation = v.check_choice("recurrent_activation", recurrent_activation, GATE_FUNCTIONS)
         if reuse is not None:
             v.check_bool("reuse", reuse)
         self.reuse = reuse
@@ -429,7 +434,7 @@ class LSTMCell:
             "forget_bias": self.forget_bias, "state_is_tuple": self.state_is_tuple,
             "activation": self.activation.name, "name": self.name,
             "dtype": None if self._dtype is None else self._dtype.name, "seed": self.seed,
-            "trainable": self.trainable,
+            "trainable": self.trainable, "recurrent_activation": self.recurrent_activation,
         }
 
     def save(self, path):
@@ -871,7 +876,8 @@ class LSTMCell:
     def _options(self):
         """The cell's options as the record the targets take."""
         proj_clip = self.proj_clip if self.num_proj is not None else None
-        return CellOptions(self.forget_bias, self.cell_clip, proj_clip, self.activation.code)
+        return CellOptions(self.forget_bias, self.cell_clip, proj_clip, self.activation.code,
+                           GATE_FUNCTIONS.index(self.recurrent_activation))
 
     def _structured(self, state):
         """A target's state ``(c, h)`` as an :class:`LSTMStateTuple` (a joined state stays one array)."""
@@ -944,4 +950,6 @@ class LSTMCell:
             extras.append(f"cell_clip={self.cell_clip}")
         if self.activation.name != "tanh":
             extras.append(f"activation={self.activation.name!r}")
+        if self.recurrent_activation != "sigmoid":
+            extras.append(f"recurrent_activation={self.recurrent_activation!r}")
         return f"LSTMCell({', '.join([str(self.num_units), *extras])})"

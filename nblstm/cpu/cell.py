@@ -683,7 +683,7 @@ def _kernel_options(options, has_proj):
     ``proj_clip`` applies only with a projection.
     """
     return (float(options.forget_bias), *clip_scalars(options.cell_clip),
-            *clip_scalars(options.proj_clip if has_proj else None), int(options.activation))
+            *clip_scalars(options.proj_clip if has_proj else None), options.kernel_code())
 
 
 def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None):

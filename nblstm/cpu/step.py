@@ -256,7 +256,7 @@ class CellStep:
             use_peepholes,
             clip_on,
             proj_clip_on,
-            int(options.activation),
+            options.kernel_code(),
         )
         f = pool.aligned(offset, ct)
         f[:] = 0  # the panels' padding and the workspaces too: every element is defined

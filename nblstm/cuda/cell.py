@@ -148,7 +148,7 @@ def _kernel_options(options, dt):
     Returns ``(forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act)``.
     """
     return (dt(options.forget_bias), *clip_scalars(options.cell_clip, dt), *clip_scalars(options.proj_clip, dt),
-            int(options.activation))
+            options.kernel_code())
 
 
 def _state_parts(offset, batch, units, depth, join_state):

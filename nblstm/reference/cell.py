@@ -21,6 +21,7 @@ ACTIVATIONS = {
     "softplus": lambda x: np.log(1.0 + np.exp(x)),
     "selu": lambda x: SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * (np.exp(np.minimum(x, 0.0)) - 1.0)),
     "linear": lambda x: x,
+    "hard_sigmoid": lambda x: np.clip(x + 3.0, 0.0, 6.0) / 6.0,
 }
 
 
@@ -28,7 +29,8 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def step(weights, x, c_prev, h_prev, forget_bias=1.0, cell_clip=None, proj_clip=None, activation="tanh"):
+def step(weights, x, c_prev, h_prev, forget_bias=1.0, cell_clip=None, proj_clip=None, activation="tanh",
+         recurrent_activation="sigmoid"):
     """One step of the cell in float64.
 
     Parameters
@@ -39,6 +41,8 @@ def step(weights, x, c_prev, h_prev, forget_bias=1.0, cell_clip=None, proj_clip=
     x : [B, I] array
     c_prev : [B, H] array
     h_prev : [B, P] array
+    recurrent_activation : str
+        The gate function, a name of :data:`ACTIVATIONS` (``"sigmoid"`` or ``"hard_sigmoid"``).
 
     Returns
     -------
@@ -47,6 +51,7 @@ def step(weights, x, c_prev, h_prev, forget_bias=1.0, cell_clip=None, proj_clip=
     """
     w = {k: np.asarray(a, np.float64) for k, a in weights.items()}
     act = ACTIVATIONS[activation]
+    sigmoid = ACTIVATIONS[recurrent_activation]
     units = w["bias"].shape[0] // 4
     gates = np.concatenate([x, h_prev], axis=1) @ w["kernel"] + w["bias"]
     i, j, f, o = (gates[:, k * units:(k + 1) * units] for k in range(4))
@@ -68,28 +73,37 @@ def step(weights, x, c_prev, h_prev, forget_bias=1.0, cell_clip=None, proj_clip=
     return c, h
 
 
-def run(weights, x, c0, h0, sequence_length=None, **options):
+def run(weights, x, c0, h0, sequence_length=None, mask=None, reverse=False, **options):
     """``dynamic_rnn`` over ``x: [T, B, I]`` (time-major) in float64.
 
     Past an example's length its output is zero and its state is carried.
+    With a Keras ``mask [B, T]`` instead, a masked time carries the state
+    and repeats the previous output (zeros before the first). ``reverse``
+    visits the times last to first: with lengths, the padding first (the
+    state carried from the start), so that each example runs reversed
+    within its length.
 
     Returns
     -------
     tuple
-        ``(outputs [T, B, P], c_final [B, H], h_final [B, P])``.
+        ``(outputs [T, B, P], c_final [B, H], h_final [B, P])``, the outputs in time order.
     """
     x = np.asarray(x, np.float64)
     c = np.asarray(c0, np.float64)
     h = np.asarray(h0, np.float64)
     steps, batch, _ = x.shape
     lengths = np.full(batch, steps) if sequence_length is None else np.asarray(sequence_length)
-    outputs = []
-    for t in range(steps):
+    depth = h.shape[1]
+    out = np.zeros((steps, batch, depth))
+    last = np.zeros((batch, depth))
+    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
         c_new, h_new = step(weights, x[t], c, h, **options)
-        live = (t < lengths)[:, None]
+        live = (np.asarray(mask)[:, t] if mask is not None else t < lengths)[:, None]
         c = np.where(live, c_new, c)
         h = np.where(live, h_new, h)
-        outputs.append(np.where(live, h_new, 0.0))
-    depth = h.shape[1]
-    out = np.stack(outputs) if outputs else np.zeros((0, batch, depth))
+        if mask is not None:
+            last = np.where(live, h_new, last)
+            out[t] = last
+        else:
+            out[t] = np.where(live, h_new, 0.0)
     return out, c, h
