@@ -1,10 +1,11 @@
-"""Weight layouts of TF1 ``LSTMCell``, BlockLSTM V1/V2, Keras, PyTorch and cuDNN (:ref:`spec-conversion`).
+"""Weight layouts of TF1 ``LSTMCell``, BlockLSTM V1/V2, Keras, PyTorch, cuDNN and ONNX (:ref:`spec-conversion`).
 
 NumPy only: every function takes arrays (or anything ``numpy.asarray``
 accepts, PyTorch tensors included) and returns new NumPy arrays; the
 arguments are never modified. The gate order of the ``4H`` columns is ICFO
 (``i, j/ci, f, o``) for TF1 ``LSTMCell`` and BlockLSTM V1, IFCO (``i, f,
-g/ci, o``) for BlockLSTMV2, Keras, PyTorch and cuDNN.
+g/ci, o``) for BlockLSTMV2, Keras, PyTorch and cuDNN, IOFC (``i, o, f, c``)
+for ONNX.
 
 The ``forget_bias`` of TF1 ``LSTMCell`` and BlockLSTM V1 is added inside the
 forget gate's sigmoid; the IFCO frameworks have none, so conversions to them
@@ -21,6 +22,8 @@ Name conventions of the dicts used here:
   ``weight_hr_l{k} [P, H]`` (``proj_size``).
 - Keras ``LSTM``: ``[kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H]]``
   (the order of ``layer.get_weights()``).
+- ONNX ``LSTM`` node inputs of one direction: ``W [4H, I]``, ``R [4H, H]``,
+  optional ``B [8H]`` (``Wb`` then ``Rb``) and ``P [3H]`` (peepholes ``i, o, f``).
 """
 
 import numpy as np
@@ -42,6 +45,8 @@ __all__ = [
     "keras_to_lstmcell",
     "block_lstm_v2_to_cudnn",
     "cudnn_to_block_lstm_v2",
+    "onnx_to_lstmcell",
+    "lstmcell_to_onnx",
 ]
 
 _PEEPHOLE_NAMES = ("w_i_diag", "w_f_diag", "w_o_diag")
@@ -646,3 +651,137 @@ def cudnn_to_block_lstm_v2(weights, biases):
     w = np.concatenate([np.concatenate([m.T for m in ws[:4]], axis=1), np.concatenate([m.T for m in ws[4:]], axis=1)])
     b = np.concatenate([bs[k] + bs[k + 4] for k in range(4)])
     return w, b
+
+
+# ONNX's gate blocks are [i|o|f|c]; ICFO takes blocks 0, 3, 2, 1 of them (the permutation is its own inverse).
+_ONNX_TO_ICFO = (0, 3, 2, 1)
+
+
+def _onnx_blocks(a, axis):
+    blocks = np.split(a, 4, axis=axis)
+    return np.concatenate([blocks[k] for k in _ONNX_TO_ICFO], axis=axis)
+
+
+def _one_direction(a, name, rank):
+    """``a`` without a leading direction axis of size 1 (``[1, ...]`` or ``[...]``)."""
+    a = _array(a, name)
+    if a.ndim == rank + 1:
+        if a.shape[0] != 1:
+            raise ValueError(f"{name} has shape {a.shape}: {a.shape[0]} directions; pass one direction "
+                             f"({name}[d]), as these functions convert one")
+        a = a[0]
+    if a.ndim != rank:
+        raise ValueError(f"{name} has shape {a.shape}; expected rank {rank} (or {rank + 1} with one direction)")
+    return a
+
+
+def onnx_to_lstmcell(W, R, B=None, P=None, forget_bias=0.0):
+    """One direction of an ONNX ``LSTM`` node as TF1 ``LSTMCell`` weights for a cell built with ``forget_bias``.
+
+    ONNX orders the gate blocks ``i, o, f, c`` and the peepholes ``i, o, f``;
+    its bias is the input bias ``Wb`` then the recurrent bias ``Rb``, summed:
+    ``kernel = perm([W.T; R.T])``, ``bias = perm(Wb + Rb)`` minus
+    ``forget_bias`` in the forget block, ``w_i_diag, w_o_diag, w_f_diag =
+    P[:H], P[H:2H], P[2H:]``.
+
+    Parameters
+    ----------
+    W : [4H, I] array (or [1, 4H, I]: the node's ``W[d:d + 1]``)
+    R : [4H, H] array (or [1, 4H, H])
+    B : [8H] array (or [1, 8H]), optional
+        ``Wb ++ Rb``; zeros when omitted (ONNX's default).
+    P : [3H] array (or [1, 3H]), optional
+        Peepholes; the result has ``w_f_diag, w_i_diag, w_o_diag`` when given.
+    forget_bias : float, default 0.0
+        The ``forget_bias`` of the cell that will use the weights (ONNX has none).
+
+    Returns
+    -------
+    dict
+        ``kernel [I + H, 4H]`` (ICFO), ``bias [4H]`` and, with ``P``, the peepholes.
+
+    Examples
+    --------
+    >>> H, I = 2, 3
+    >>> W = np.repeat(np.arange(4.0), H)[:, None] * np.ones((4 * H, I))   # blocks 0, 1, 2, 3 = i, o, f, c
+    >>> weights = onnx_to_lstmcell(W, np.zeros((4 * H, H)))
+    >>> weights["kernel"][0]                                              # i, c, f, o
+    array([0., 0., 3., 3., 2., 2., 1., 1.])
+    """
+    W = _one_direction(W, "W", 2)
+    R = _one_direction(R, "R", 2)
+    if W.shape[0] % 4 or W.shape[0] == 0 or R.shape != (W.shape[0], W.shape[0] // 4):
+        raise ValueError(f"W {W.shape} and R {R.shape} must be [4H, I] and [4H, H]")
+    units = W.shape[0] // 4
+    kernel = _onnx_blocks(np.concatenate([W.T, R.T], axis=0), axis=1)
+    if B is None:
+        bias = np.zeros(4 * units, kernel.dtype)
+    else:
+        B = _one_direction(B, "B", 1)
+        if B.shape != (8 * units,):
+            raise ValueError(f"B has shape {B.shape}; expected [8H] = ({8 * units},): Wb then Rb")
+        bias = _onnx_blocks(B[:4 * units] + B[4 * units:], axis=0)
+    bias = ifco_to_icfo(_add_to_forget_block(icfo_to_ifco(bias), -forget_bias))
+    out = {"kernel": kernel, "bias": bias}
+    if P is not None:
+        P = _one_direction(P, "P", 1)
+        if P.shape != (3 * units,):
+            raise ValueError(f"P has shape {P.shape}; expected [3H] = ({3 * units},): i, o, f")
+        out["w_f_diag"] = P[2 * units:].copy()
+        out["w_i_diag"] = P[:units].copy()
+        out["w_o_diag"] = P[units:2 * units].copy()
+    return out
+
+
+def lstmcell_to_onnx(weights, forget_bias=1.0):
+    """TF1 ``LSTMCell`` weights (no projection) as the inputs of a forward ONNX ``LSTM`` node.
+
+    The inverse of :func:`onnx_to_lstmcell`: ``W``, ``R`` in ONNX's gate
+    order ``i, o, f, c``, ``B`` the bias (plus ``forget_bias`` in its forget
+    block) then zeros, ``P`` the peepholes ``i, o, f``. Each has a leading
+    direction axis of size 1; concatenate two along it for a bidirectional
+    node (forward first). The node takes ``hidden_size=H``; its default
+    activations (Sigmoid, Tanh, Tanh) are the cell's with a tanh activation.
+
+    Parameters
+    ----------
+    weights : mapping
+        ``kernel [I + H, 4H]``, ``bias [4H]``, optional ``w_i_diag, w_f_diag, w_o_diag [H]``.
+    forget_bias : float, default 1.0
+        The cell's ``forget_bias``, folded into ``B``.
+
+    Returns
+    -------
+    dict
+        ``W [1, 4H, I]``, ``R [1, 4H, H]``, ``B [1, 8H]`` and, with peepholes, ``P [1, 3H]``.
+
+    Raises
+    ------
+    ValueError
+        A projection (ONNX's LSTM has none) or malformed weights.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> weights = {"kernel": rng.standard_normal((5, 8)), "bias": rng.standard_normal(8)}   # I = 3, H = 2
+    >>> node_inputs = lstmcell_to_onnx(weights, forget_bias=1.0)
+    >>> {k: a.shape for k, a in node_inputs.items()}
+    {'W': (1, 8, 3), 'R': (1, 8, 2), 'B': (1, 16)}
+    >>> back = onnx_to_lstmcell(**node_inputs, forget_bias=1.0)
+    >>> np.allclose(back["kernel"], weights["kernel"]) and np.allclose(back["bias"], weights["bias"])
+    True
+    """
+    input_size, units, _, has_proj = _cell_sizes(weights)
+    if has_proj:
+        raise ValueError("ONNX's LSTM has no projection: weights with 'projection/kernel' cannot be converted")
+    peep = _peepholes_of(weights)
+    kernel = _onnx_blocks(_array(weights["kernel"], "kernel"), axis=1)   # [I + H, 4H], ONNX gate order
+    bias = ifco_to_icfo(_add_to_forget_block(icfo_to_ifco(_array(weights["bias"], "bias")), forget_bias))
+    out = {
+        "W": np.ascontiguousarray(kernel[:input_size].T)[None],
+        "R": np.ascontiguousarray(kernel[input_size:].T)[None],
+        "B": np.concatenate([_onnx_blocks(bias, axis=0), np.zeros_like(bias)])[None],
+    }
+    if peep:
+        out["P"] = np.concatenate([peep["w_i_diag"], peep["w_o_diag"], peep["w_f_diag"]])[None]
+    return out

@@ -53,8 +53,12 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
 
     Parameters
     ----------
-    weights : dict
-        ``{name: array}``: NumPy arrays or arrays on a GPU (copied to the host).
+    weights : dict, list or tuple
+        ``{name: array}`` with the cell's names or TensorFlow's scoped names
+        of one cell (``rnn/lstm_cell/kernel:0``), or a list in the order of
+        the names (TensorFlow's ``get_weights()``): NumPy arrays, arrays on a
+        GPU (copied to the host), or objects with a ``numpy()`` method
+        (TensorFlow variables, PyTorch tensors).
     num_units, num_proj, use_peepholes
         The cell's sizes and options.
     input_depth : int or None
@@ -65,13 +69,18 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
     Raises
     ------
     TypeError
-        Not a dict, non-arrays, a dtype that is not the cell's.
+        Not a dict or list, non-arrays, a dtype that is not the cell's.
     ValueError
-        Missing or unexpected names, wrong shapes, non-finite values.
+        Missing or unexpected names, wrong shapes or count, non-finite
+        values, the scoped names of several cells.
     """
-    if not isinstance(weights, dict):
-        raise TypeError(f"weights must be a dict {{name: array}}, got {type(weights).__name__}")
+    from ..porting.tf import cell_weights
+
+    if not isinstance(weights, (dict, list, tuple)):
+        raise TypeError(f"weights must be a dict {{name: array}} or a list of arrays in TensorFlow's order, got "
+                        f"{type(weights).__name__}")
     expected = tuple(weight_shapes(1, num_units, num_proj, use_peepholes))
+    weights = cell_weights(weights, expected)
     missing = [n for n in expected if n not in weights]
     extra = [n for n in weights if n not in expected]
     if missing or extra:
@@ -83,6 +92,10 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
         if not isinstance(a, np.ndarray):
             if hasattr(a, "copy_to_host") or hasattr(a, "__cuda_array_interface__"):
                 a = v.to_host(a)
+            elif hasattr(a, "detach") and hasattr(a, "cpu"):   # a PyTorch tensor
+                a = a.detach().cpu().numpy()
+            elif callable(getattr(a, "numpy", None)):          # a TensorFlow or Keras variable
+                a = np.asarray(a.numpy())
             else:
                 raise TypeError(f"weights[{n!r}] must be a NumPy array, got {type(a).__name__}")
         arrays[n] = a
