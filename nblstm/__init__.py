@@ -14,6 +14,8 @@ from . import convert, raw_ops
 from ._tools.warmup import warmup
 from .cell import LSTMCell, LSTMStateTuple
 from .cell.stepper import Stepper
+from .layer.lstm import LSTM
+from .layer.rnn import MultiRNNCell, bidirectional_dynamic_rnn, dynamic_rnn
 from .ops import (
     BlockLSTMGradOutput,
     BlockLSTMOutput,
@@ -30,13 +32,17 @@ __version__ = "0.1.0"
 __all__ = [
     "BlockLSTMGradOutput",
     "BlockLSTMOutput",
+    "LSTM",
     "LSTMBlockCellGradOutput",
     "LSTMBlockCellOutput",
     "LSTMCell",
     "LSTMStateTuple",
+    "MultiRNNCell",
     "Stepper",
+    "bidirectional_dynamic_rnn",
     "block_lstm",
     "convert",
+    "dynamic_rnn",
     "block_lstm_grad",
     "lstm_block_cell",
     "lstm_block_cell_grad",

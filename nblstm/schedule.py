@@ -16,7 +16,8 @@ of kernels runs every case:
 - a Keras mask ``[B, T]``, any pattern: the unmasked times in order (last
   to first for the reverse direction); a masked time's output repeats the
   output of the last step before it in the direction's order (zero before
-  the first), its state is carried.
+  the first), its state is carried; or, with ``zero_masked`` (Keras's
+  ``zero_output_for_mask``, which ``Bidirectional`` sets), it is zero.
 
 The targets apply a schedule around the unchanged time loop: the input
 projection of all ``T`` times is computed in time order, then its rows are
@@ -54,7 +55,7 @@ class Schedule(NamedTuple):
     output_of: np.ndarray
 
 
-def schedule(steps, batch, lengths=None, mask=None, reverse=False):
+def schedule(steps, batch, lengths=None, mask=None, reverse=False, zero_masked=False):
     """The :class:`Schedule` of one direction, or ``None`` for the identity (lengths, forward).
 
     Parameters
@@ -67,6 +68,8 @@ def schedule(steps, batch, lengths=None, mask=None, reverse=False):
         Validated Keras mask: ``True`` where a step is computed.
     reverse : bool, default False
         Visit the active times last to first.
+    zero_masked : bool, default False
+        With ``mask``: masked times output zeros instead of repeating the last output.
 
     Examples
     --------
@@ -99,5 +102,5 @@ def schedule(steps, batch, lengths=None, mask=None, reverse=False):
     t_idx, b_idx = np.nonzero(active)
     time_of[step_of[t_idx, b_idx], b_idx] = t_idx
     # Lengths: outputs past the length are zero. Masks (Keras): a masked time repeats the last output.
-    output_of = rank if mask is not None else step_of
+    output_of = rank if mask is not None and not zero_masked else step_of
     return Schedule(counts, time_of, np.ascontiguousarray(step_of), np.ascontiguousarray(output_of))

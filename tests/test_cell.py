@@ -469,7 +469,7 @@ def test_set_weights_validation():
     cell.build(3)
     good = cell.get_weights()
     with pytest.raises(TypeError, match="dict"):
-        cell.set_weights(list(good.values()))
+        cell.set_weights(42)
     with pytest.raises(ValueError, match="missing: \\['w_o_diag'\\]"):
         cell.set_weights({k: a for k, a in good.items() if k != "w_o_diag"})
     with pytest.raises(ValueError, match="unexpected: \\['extra'\\]"):

@@ -17,7 +17,9 @@ compute dtype. :func:`warmup` makes those calls, in groups (:data:`GROUPS`):
   forward outputs (so that the group compiles no forward kernel).
 - ``LSTMCell``: :class:`nblstm.LSTMCell` one step, ``run``, ``vjp`` and its
   backward function, with and without ``num_proj``, peepholes, clips,
-  lengths and a joined state, every activation, one chunk and several.
+  lengths, masks, the reverse direction and a joined state, every
+  activation, one chunk and several (the layers, :class:`nblstm.LSTM` and
+  TensorFlow 1's RNN functions, run these kernels only).
 - ``LSTMCell.stepper``: :meth:`nblstm.LSTMCell.stepper` steps, with and
   without ``num_proj``, one row and several, ``out=``, ``reset``.
 
@@ -171,6 +173,10 @@ def _lstm_cell(dtype):
                 (outputs, final), backward = cell.vjp(x, None, sequence_length=sequence_length)
                 backward(np.ones_like(outputs), final)
                 backward()
+                # The reverse direction and masks (nblstm.LSTM, bidirectional_dynamic_rnn): the schedule's kernels.
+                mask = rng.random((batch, steps)) < 0.7
+                (outputs, final), backward = cell.vjp(x, None, mask=mask, reverse=True)
+                backward(np.ones_like(outputs))
     x = rng.standard_normal((2, 2, 3)).astype(dtype)
     for activation in ACTIVATION_NAMES:  # run-time codes: nothing to compile each, and cheap to show it
         cell = LSTMCell(4, num_proj=3, activation=activation, dtype=dtype, seed=0)

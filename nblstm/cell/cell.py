@@ -35,6 +35,7 @@ import numpy as np
 from .. import _validate as v
 from .. import convert
 from .._dispatch import target_for
+from ..layer.arrays import swap01
 from ..options import GATE_FUNCTIONS, CellOptions
 from ..schedule import schedule
 from .activations import activation_of
@@ -374,17 +375,25 @@ class LSTMCell:
 
         Parameters
         ----------
-        weights : dict
-            ``{name: array}`` with exactly the names of :attr:`weight_names`,
+        weights : dict, list or tuple
+            ``{name: array}`` with exactly the names of :attr:`weight_names`;
+            or the same variables under TensorFlow's scoped names, as
+            TensorFlow prints them (``rnn/lstm_cell/kernel:0``,
+            ``.../lstm_cell/projection/kernel:0``; ``:0`` optional), of one
+            cell; or a list in the order of :attr:`weight_names`
+            (TensorFlow's ``cell.get_weights()`` and ``cell.weights``).
             TensorFlow's shapes, and the cell's dtype (any supported float
-            dtype when the cell has none yet). The arrays are copied.
+            dtype when the cell has none yet). NumPy arrays, GPU arrays or
+            objects with a ``numpy()`` method (TensorFlow variables); copied.
 
         Raises
         ------
         ValueError
-            Missing or unexpected names, wrong shapes.
+            Missing or unexpected names, wrong shapes or count; the scoped
+            names of several cells (a ``MultiRNNCell``'s: select one cell's with
+            :func:`nblstm.porting.tf.select`).
         TypeError
-            Not a dict, non-arrays, a dtype that is not the cell's.
+            Not a dict or list, non-arrays, a dtype that is not the cell's.
 
         Examples
         --------
@@ -393,6 +402,11 @@ class LSTMCell:
         >>> cell.set_weights({"kernel": np.zeros((5, 8), np.float32), "bias": np.ones(8, np.float32)})
         >>> cell.built, cell.input_depth, cell.dtype
         (True, 3, dtype('float32'))
+        >>> cell.set_weights({"rnn/lstm_cell/kernel:0": np.ones((5, 8), np.float32),   # TensorFlow's names
+        ...                   "rnn/lstm_cell/bias:0": np.zeros(8, np.float32)})
+        >>> cell.set_weights([np.ones((5, 8), np.float32), np.zeros(8, np.float32)])  # tf_cell.get_weights()
+        >>> float(cell.get_weights()["kernel"].sum())
+        40.0
         """
         weights, self.input_depth, self._dtype = checked_weights(
             weights, self.num_units, self.num_proj, self.use_peepholes, self.input_depth, self._dtype)
@@ -485,17 +499,33 @@ class LSTMCell:
     # -- conversions -----------------------------------------------------------------------------------
 
     @classmethod
-    def from_keras(cls, weights, forget_bias=0.0, **kwargs):
-        """A cell with the weights of a Keras ``LSTM`` layer.
+    def from_keras(cls, layer_or_weights, forget_bias=0.0, **kwargs):
+        """A cell with the weights of a Keras ``LSTM`` layer (see :func:`nblstm.porting.keras.read`).
 
         Parameters
         ----------
-        weights : list
-            ``layer.get_weights()``: ``[kernel [I, 4H], recurrent_kernel [H, 4H](, bias [4H])]``.
+        layer_or_weights : Keras LSTM layer, dict or list
+            The layer (its ``units``, ``activation``, ``recurrent_activation``,
+            ``use_bias`` and weights are read; ``stateful``, ``go_backwards``
+            and options nblstm lacks are refused), its serialized form
+            ``{"class_name": "LSTM", "config": ..., "weights": ...}``, or the
+            bare ``layer.get_weights()``: ``[kernel [I, 4H], recurrent_kernel
+            [H, 4H](, bias [4H])]`` (then ``activation`` and
+            ``recurrent_activation`` are the caller's, Keras's defaults
+            otherwise). A ``Bidirectional`` layer or a stack is refused: use
+            ``nblstm.LSTM.from_keras``.
         forget_bias : float, default 0.0
             The new cell's ``forget_bias`` (Keras has none: 0 reproduces the layer exactly).
         **kwargs
-            Further :class:`LSTMCell` arguments (``activation`` to match the layer's).
+            Further :class:`LSTMCell` arguments (``activation`` and
+            ``recurrent_activation`` for a bare weight list; given with a
+            layer they must agree with it).
+
+        Raises
+        ------
+        ValueError
+            What :func:`nblstm.porting.keras.read` refuses, a ``Bidirectional``
+            layer or a stack, arguments that contradict the layer.
 
         Examples
         --------
@@ -505,13 +535,15 @@ class LSTMCell:
         >>> cell = nblstm.LSTMCell.from_keras(layer_weights)
         >>> cell.num_units, cell.input_depth, cell.dtype, cell.forget_bias
         (2, 3, dtype('float64'), 0.0)
+        >>> layer = {"class_name": "LSTM", "weights": layer_weights,   # or a keras.layers.LSTM itself
+        ...          "config": {"units": 2, "recurrent_activation": "hard_sigmoid"}}
+        >>> nblstm.LSTMCell.from_keras(layer).recurrent_activation
+        'hard_sigmoid'
         """
-        converted = convert.keras_to_lstmcell(list(weights), forget_bias=forget_bias)
-        units = converted["bias"].shape[0] // 4
-        kwargs.setdefault("dtype", converted["kernel"].dtype)
-        cell = cls(units, forget_bias=forget_bias, **kwargs)
-        cell.set_weights(converted)
-        return cell
+        from ..porting import _common, keras
+
+        options, weights = keras.read_cell(layer_or_weights)
+        return _common.new_cell(cls, options, weights, forget_bias, kwargs, "Keras layer")
 
     def to_keras(self):
         """Weights for a Keras ``LSTM`` layer (``unit_forget_bias=False``): ``[kernel, recurrent_kernel, bias]``.
@@ -533,19 +565,29 @@ class LSTMCell:
         return convert.lstmcell_to_keras(self.get_weights(), self.forget_bias)
 
     @classmethod
-    def from_torch(cls, module_or_state_dict, layer=0, forget_bias=0.0, **kwargs):
+    def from_torch(cls, module_or_state_dict, layer=0, suffix="", forget_bias=0.0, **kwargs):
         """A cell with the weights of one layer of a PyTorch ``nn.LSTM`` (``proj_size`` becomes ``num_proj``).
 
         Parameters
         ----------
         module_or_state_dict : nn.LSTM or mapping
-            The module (its ``state_dict()`` is read) or a state dict of
-            tensors or arrays.
+            The module (its ``state_dict()`` is read; also ``nn.LSTMCell`` or a
+            module holding one LSTM) or a state dict of tensors or arrays
+            (see :func:`nblstm.porting.torch.read`).
         layer : int, default 0
+        suffix : {"", "_reverse"}, default ""
+            ``"_reverse"``: the backward direction of a bidirectional ``nn.LSTM``.
         forget_bias : float, default 0.0
             The new cell's ``forget_bias`` (PyTorch has none).
         **kwargs
-            Further :class:`LSTMCell` arguments.
+            Further :class:`LSTMCell` arguments (``activation`` and
+            ``recurrent_activation`` must be PyTorch's tanh and sigmoid).
+
+        Raises
+        ------
+        ValueError
+            An ``nn.GRU`` or ``nn.RNN``, a ``layer`` or ``suffix`` the module
+            lacks, malformed parameters.
 
         Examples
         --------
@@ -558,27 +600,29 @@ class LSTMCell:
         >>> cell.num_units, cell.num_proj, cell.input_depth
         (4, 2, 3)
         """
-        state = module_or_state_dict
-        if hasattr(state, "state_dict"):
-            state = state.state_dict()
-        converted = convert.torch_to_lstmcell(state, forget_bias=forget_bias, layer=layer)
-        units = converted["bias"].shape[0] // 4
-        proj = converted.get("projection/kernel")
-        kwargs.setdefault("dtype", converted["kernel"].dtype)
-        cell = cls(units, num_proj=None if proj is None else proj.shape[1], forget_bias=forget_bias, **kwargs)
-        cell.set_weights(converted)
-        return cell
+        from ..porting import _common, torch
 
-    def to_torch(self, layer=0):
+        options, weights = torch.read_cell(module_or_state_dict, layer=layer, suffix=suffix)
+        return _common.new_cell(cls, options, weights, forget_bias, kwargs, "nn.LSTM")
+
+    def to_torch(self, layer=0, suffix=""):
         """A state dict of NumPy arrays for PyTorch ``nn.LSTM(I, H, proj_size=P or 0)``.
 
         Load with ``lstm.load_state_dict({k: torch.from_numpy(a) for k, a in cell.to_torch().items()})``.
 
+        Parameters
+        ----------
+        layer : int, default 0
+            The layer the keys name (``weight_ih_l{layer}...``).
+        suffix : {"", "_reverse"}, default ""
+            ``"_reverse"`` for the backward direction of a bidirectional ``nn.LSTM``.
+
         Raises
         ------
         ValueError
-            Peepholes, ``cell_clip``, ``proj_clip`` or a non-tanh activation,
-            none of which PyTorch has.
+            Peepholes, ``cell_clip``, ``proj_clip``, a non-tanh activation or
+            ``recurrent_activation='hard_sigmoid'``, none of which PyTorch has;
+            a ``suffix`` other than ``""`` and ``"_reverse"``.
 
         Examples
         --------
@@ -593,8 +637,12 @@ class LSTMCell:
         >>> np.allclose(back.run(x)[0], cell.run(x)[0])
         True
         """
+        from ..porting import _common
+
+        _common.check_suffix(suffix)
+        layer = _common.check_layer_index("layer", layer)
         self._check_plain("PyTorch nn.LSTM", allow_activation=False)
-        return convert.lstmcell_to_torch(self.get_weights(), self.forget_bias, layer=layer)
+        return convert.lstmcell_to_torch(self.get_weights(), self.forget_bias, layer=layer, suffix=suffix)
 
     def to_block_lstm(self):
         """Keyword arguments of :func:`nblstm.block_lstm` that compute this cell (tanh, no projection).
@@ -628,6 +676,8 @@ class LSTMCell:
             problems.append("num_proj")
         if not allow_activation and self.activation.name != "tanh":
             problems.append(f"activation {self.activation.name!r}")
+        if not allow_activation and self.recurrent_activation != "sigmoid":
+            problems.append(f"recurrent_activation {self.recurrent_activation!r}")
         if problems:
             raise ValueError(f"{target} has no equivalent of this cell's {', '.join(problems)}")
 
@@ -727,28 +777,49 @@ class LSTMCell:
         return Stepper(target_for("host"), self._weights, self._options(), batch, initial_state, self._state_arrays,
                        self.state_is_tuple)
 
-    def run(self, inputs, initial_state=None, sequence_length=None):
-        """The cell over a whole sequence in fused kernels (``tf.compat.v1.nn.dynamic_rnn``, time-major).
+    def run(self, inputs, initial_state=None, sequence_length=None, *, mask=None, reverse=False, time_major=True,
+            zero_output_for_mask=False):
+        """The cell over a whole sequence in fused kernels (``tf.compat.v1.nn.dynamic_rnn``).
 
         Parameters
         ----------
         inputs : [T, B, I] array
+            Time-major; ``[B, T, I]`` with ``time_major=False``.
         initial_state : state, optional
             As :attr:`state_size`; zeros when omitted.
         sequence_length : [B] ints, optional
             Per-example lengths in ``[0, T]`` (default ``T``). Past its length
             an example's outputs are zero and its state is carried unchanged,
             so the final state is the state at its length.
+        mask : [B, T] bools, optional
+            Keras's mask (batch first, whatever ``time_major``), any pattern,
+            instead of ``sequence_length``: a masked step carries the state
+            and its output repeats the previous output (zeros before the
+            first computed step).
+        reverse : bool, default False
+            Run each example backwards: within its own length (the
+            backward direction of ``bidirectional_dynamic_rnn``), or over
+            its unmasked steps last to first. The outputs stay in time
+            order. Nothing is copied: the kernels read the steps in that order.
+        time_major : bool, default True
+            ``False``: ``inputs`` and the outputs are batch-major,
+            ``[B, T, ...]`` (TensorFlow's ``dynamic_rnn`` default; a copy).
+            The cell cannot tell ``[B, T, I]`` from ``[T, B, I]``: say which.
+        zero_output_for_mask : bool, default False
+            With ``mask``: masked steps output zeros (Keras's option of that
+            name, set by its ``Bidirectional``) instead of repeating the last output.
 
         Returns
         -------
         tuple
-            ``(outputs [T, B, P], final_state)``.
+            ``(outputs [T, B, P], final_state)`` (``[B, T, P]`` with ``time_major=False``).
 
         Raises
         ------
         TypeError, ValueError
-            Wrong types, ranks, shapes, dtypes, or lengths outside ``[0, T]``.
+            Wrong types, ranks, shapes, dtypes, lengths outside ``[0, T]``, a
+            mask with lengths; a state or lengths whose batch size is the
+            other axis of ``inputs`` (the message says to pass ``time_major``).
 
         Examples
         --------
@@ -766,16 +837,17 @@ class LSTMCell:
         >>> np.allclose(output[0], outputs[-1, 0])
         True
         """
-        info = self._check_inputs(inputs, rank=3)
-        return self._run(info, inputs, initial_state, sequence_length, with_grad=False)[:2]
+        return self._sequence(inputs, initial_state, sequence_length, mask, reverse, time_major, zero_output_for_mask,
+                              with_grad=False)[:2]
 
-    def vjp(self, inputs, initial_state=None, sequence_length=None):
+    def vjp(self, inputs, initial_state=None, sequence_length=None, *, mask=None, reverse=False, time_major=True,
+            zero_output_for_mask=False):
         """Forward over a sequence, and a function giving its vector-Jacobian product.
 
         Parameters
         ----------
-        inputs, initial_state, sequence_length
-            As :meth:`run`.
+        inputs, initial_state, sequence_length, mask, reverse, time_major, zero_output_for_mask
+            As :meth:`run`; ``d_outputs`` and ``d_inputs`` follow ``time_major``.
 
         Returns
         -------
@@ -799,14 +871,58 @@ class LSTMCell:
         >>> d_x.shape, sorted(d_w)
         ((4, 2, 2), ['bias', 'kernel'])
         """
-        info = self._check_inputs(inputs, rank=3)
-        outputs, final, ctx = self._run(info, inputs, initial_state, sequence_length, with_grad=True)
+        outputs, final, ctx = self._sequence(inputs, initial_state, sequence_length, mask, reverse, time_major,
+                                             zero_output_for_mask, with_grad=True)
 
         def backward(d_outputs=None, d_final_state=None):
             """Gradients of the loss with respect to the inputs, the initial state and the weights."""
-            return self._backward(ctx, d_outputs, d_final_state)
+            if not time_major and d_outputs is not None:
+                d_outputs = swap01(d_outputs, ctx["kind"]) if len(v.describe_array(
+                    "d_outputs", d_outputs).shape) == 3 else d_outputs
+            d_x, d_state, d_w = self._backward(ctx, d_outputs, d_final_state)
+            return (d_x if time_major else swap01(d_x, ctx["kind"])), d_state, d_w
 
         return (outputs, final), backward
+
+    def _sequence(self, inputs, initial_state, sequence_length, mask, reverse, time_major, zero_masked, with_grad):
+        """:meth:`run` and :meth:`vjp`: the layout, the mask and the direction checked, then :meth:`_run`."""
+        time_major = v.check_bool("time_major", time_major)
+        reverse = v.check_bool("reverse", reverse)
+        zero_masked = v.check_bool("zero_output_for_mask", zero_masked)
+        info = self._check_inputs(inputs, rank=3)
+        if not time_major:
+            inputs = swap01(inputs, info.kind)
+            info = v.describe_array("inputs", inputs)
+        steps, batch = info.shape[0], info.shape[1]
+        self._check_layout(initial_state, sequence_length, mask, steps, batch, time_major)
+        if mask is not None:
+            if sequence_length is not None:
+                raise ValueError("pass sequence_length or mask, not both")
+            mask = v.check_mask(mask, steps, batch)
+        outputs, final, ctx = self._run(info, inputs, initial_state, sequence_length, with_grad, mask=mask,
+                                        reverse=reverse, zero_masked=zero_masked)
+        if not time_major:
+            outputs = swap01(outputs, info.kind)
+        return outputs, final, ctx
+
+    def _check_layout(self, state, sequence_length, mask, steps, batch, time_major):
+        """A state or lengths sized for the other axis of the inputs: say ``time_major``, not just "wrong shape"."""
+        if steps == batch:
+            return
+        sizes = []
+        if state is not None:
+            first = state[0] if isinstance(state, (tuple, list)) and state else state
+            shape = getattr(first, "shape", None)
+            if shape:
+                sizes.append(("initial_state", shape[0]))
+        if sequence_length is not None and hasattr(sequence_length, "__len__"):
+            sizes.append(("sequence_length", len(sequence_length)))
+        for name, size in sizes:
+            if size == steps:
+                layout = "[T, B, I] (time-major)" if time_major else "[B, T, I] (batch-major)"
+                other = "time_major=False" if time_major else "time_major=True"
+                raise ValueError(f"{name} has {size} rows, the size of the time axis of inputs read as {layout}; "
+                                 f"if inputs is {'batch' if time_major else 'time'}-major, pass {other}")
 
     # -- internals -------------------------------------------------------------------------------------
 
@@ -883,7 +999,7 @@ class LSTMCell:
         """A target's state ``(c, h)`` as an :class:`LSTMStateTuple` (a joined state stays one array)."""
         return LSTMStateTuple(*state) if self.state_is_tuple else state
 
-    def _run(self, info, inputs, state, sequence_length, with_grad, mask=None, reverse=False):
+    def _run(self, info, inputs, state, sequence_length, with_grad, mask=None, reverse=False, zero_masked=False):
         """Validate everything, then run the forward kernels; returns ``(outputs, final_state, ctx)``.
 
         ``mask`` (a validated ``[B, T]`` bool array, or ``None``) and
@@ -895,7 +1011,7 @@ class LSTMCell:
         c0, h0 = self._state_arrays(state, batch, dtype, info.kind, "state" if len(info.shape) == 2
                                     else "initial_state")
         lengths = v.check_lengths(sequence_length, steps, batch)
-        order = schedule(steps, batch, lengths, mask, reverse)
+        order = schedule(steps, batch, lengths, mask, reverse, zero_masked)
         if self._weights is None:
             if self._dtype is None:
                 self._dtype = dtype

@@ -1,0 +1,407 @@
+"""``nblstm.LSTM``: a stacked, optionally bidirectional LSTM layer with ``torch.nn.LSTM``'s API.
+
+Each layer and direction is an :class:`nblstm.LSTMCell` run over the whole
+sequence in fused kernels; the reverse direction runs each example reversed
+within its own length (or over its unmasked steps last to first) inside the
+kernels (:mod:`nblstm.schedule`). Between layers the layer only moves
+arrays (:mod:`nblstm.layer.arrays`): the directions' outputs side by side,
+dropout when training.
+"""
+
+import numbers
+
+import numpy as np
+
+from .. import _validate as v
+from ..cell import LSTMCell
+from ..cell.weights import checked_weights, weight_shapes
+from . import arrays
+
+__all__ = ["LSTM"]
+
+
+class LSTM:
+    """A multi-layer, optionally bidirectional LSTM: ``torch.nn.LSTM``'s constructor and call, on nblstm's kernels.
+
+    Parameters
+    ----------
+    input_size : int
+        ``I``, the depth of the inputs.
+    hidden_size : int
+        ``H``, the units of each cell.
+    num_layers : int, default 1
+        ``L``, cells stacked: layer ``l + 1`` reads layer ``l``'s outputs.
+    bias : bool, default True
+        ``False``: the biases are zero and not trained (no ``bias`` weights).
+    batch_first : bool, default False
+        Inputs and outputs ``[B, T, ...]`` instead of ``[T, B, ...]``.
+    dropout : float, default 0.0
+        Dropout on the outputs of every layer but the last, in ``[0, 1)``,
+        applied only by calls with ``training=True`` (seeded by ``seed``).
+    bidirectional : bool, default False
+        ``D = 2`` directions per layer, their outputs side by side (forward first).
+    proj_size : int, default 0
+        ``P``: each cell's output projected to ``P`` columns (``0``: ``P = H``).
+    use_peepholes, cell_clip, proj_clip, activation, recurrent_activation
+        Options of every cell, as :class:`nblstm.LSTMCell`'s (PyTorch has none of them).
+    forget_bias : float, default 0.0
+        Added to the forget gate (0, PyTorch's maths; TensorFlow 1 cells use 1).
+    zero_output_for_mask : bool, default False
+        Calls with a ``mask``: masked steps output zeros instead of repeating
+        the previous output (Keras's option; its ``Bidirectional`` sets it).
+    dtype : float16, float32 or float64, default float32
+    seed : int, optional
+        Seeds the initial weights (PyTorch's: uniform in ``±1 / sqrt(H)``) and the dropout masks.
+
+    Attributes
+    ----------
+    cells : tuple of LSTMCell
+        ``L * D`` cells, the cell of layer ``l`` and direction ``d`` at ``l * D + d``.
+
+    Examples
+    --------
+    >>> import numpy as np, nblstm
+    >>> lstm = nblstm.LSTM(5, 4, num_layers=2, bidirectional=True, batch_first=True, proj_size=3, seed=0)
+    >>> x = np.ones((2, 6, 5), np.float32)                            # [B, T, I]
+    >>> output, (h_n, c_n) = lstm(x, sequence_length=[6, 3])
+    >>> output.shape, h_n.shape, c_n.shape                            # [B, T, D * P], [L * D, B, P], [L * D, B, H]
+    ((2, 6, 6), (4, 2, 3), (4, 2, 4))
+    >>> bool((output[1, 3:] == 0).all())                              # past example 1's length
+    True
+    """
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, proj_size=0, *, use_peepholes=False, cell_clip=None, proj_clip=None,
+                 forget_bias=0.0, activation="tanh", recurrent_activation="sigmoid", zero_output_for_mask=False,
+                 dtype=np.float32, seed=None):
+        self.input_size = v.check_positive_int("input_size", input_size)
+        self.hidden_size = v.check_positive_int("hidden_size", hidden_size)
+        self.num_layers = v.check_positive_int("num_layers", num_layers)
+        self.bias = v.check_bool("bias", bias)
+        self.batch_first = v.check_bool("batch_first", batch_first)
+        self.dropout = v.check_real("dropout", dropout)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.bidirectional = v.check_bool("bidirectional", bidirectional)
+        if isinstance(proj_size, (bool, np.bool_)) or not isinstance(proj_size, numbers.Integral) or proj_size < 0:
+            raise ValueError(f"proj_size must be an int >= 0, got {proj_size!r}")
+        if proj_size >= hidden_size:
+            raise ValueError(f"proj_size must be smaller than hidden_size (as in PyTorch), got proj_size={proj_size}, "
+                             f"hidden_size={hidden_size}")
+        self.proj_size = int(proj_size)
+        self.dtype = v.check_dtype("dtype", dtype, allow_none=False)
+        if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        self.seed = seed
+        self.zero_output_for_mask = v.check_bool("zero_output_for_mask", zero_output_for_mask)
+        self._rng = np.random.default_rng(seed)
+        self.num_directions = 2 if self.bidirectional else 1
+        depth = self.proj_size or self.hidden_size
+        cells = []
+        for layer in range(self.num_layers):
+            for _ in range(self.num_directions):
+                cell = LSTMCell(self.hidden_size, use_peepholes=use_peepholes, cell_clip=cell_clip,
+                                num_proj=self.proj_size or None, proj_clip=proj_clip, forget_bias=forget_bias,
+                                activation=activation, recurrent_activation=recurrent_activation, dtype=self.dtype)
+                inputs = self.input_size if layer == 0 else self.num_directions * depth
+                cell.set_weights(self._initial_weights(cell, inputs))
+                cells.append(cell)
+        self.cells = tuple(cells)
+        first = self.cells[0]
+        self.use_peepholes, self.cell_clip, self.proj_clip = first.use_peepholes, first.cell_clip, first.proj_clip
+        self.forget_bias, self.activation = first.forget_bias, first.activation.name
+        self.recurrent_activation = first.recurrent_activation
+
+    def _initial_weights(self, cell, inputs):
+        """PyTorch's initialisation: every weight uniform in ``±1 / sqrt(H)`` (the bias: ``b_ih + b_hh``)."""
+        bound = 1.0 / np.sqrt(self.hidden_size)
+        weights = {}
+        for name, shape in weight_shapes(inputs, self.hidden_size, cell.num_proj, cell.use_peepholes).items():
+            value = self._rng.uniform(-bound, bound, shape)
+            if name == "bias":
+                value = value + self._rng.uniform(-bound, bound, shape) if self.bias else np.zeros(shape)
+            weights[name] = value.astype(self.dtype)
+        return weights
+
+    # -- sizes and weights -----------------------------------------------------------------------------
+
+    @property
+    def output_size(self):
+        """``D * P``, the last axis of the outputs."""
+        return self.num_directions * (self.proj_size or self.hidden_size)
+
+    def _prefix(self, index):
+        layer, direction = divmod(index, self.num_directions)
+        return f"l{layer}{'_reverse' if direction else ''}/"
+
+    @property
+    def weight_names(self):
+        """Names of :meth:`get_weights`: ``"l{layer}[_reverse]/{cell weight name}"``, cell after cell.
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> nblstm.LSTM(3, 2, bidirectional=True).weight_names
+        ('l0/kernel', 'l0/bias', 'l0_reverse/kernel', 'l0_reverse/bias')
+        """
+        return tuple(self._prefix(k) + n for k, cell in enumerate(self.cells) for n in cell.weight_names
+                     if self.bias or n != "bias")
+
+    def get_weights(self):
+        """Every cell's weights (copies) as ``{"l0/kernel": [I + P, 4H], "l0/bias": [4H], ...}``.
+
+        The layout is :class:`nblstm.LSTMCell`'s (gate blocks i, j, f, o);
+        :meth:`to_torch` gives PyTorch's.
+        """
+        out = {}
+        for k, cell in enumerate(self.cells):
+            for name, a in cell.get_weights().items():
+                if self.bias or name != "bias":
+                    out[self._prefix(k) + name] = a
+        return out
+
+    def set_weights(self, weights):
+        """Replace every cell's weights from a dict keyed like :meth:`get_weights` (exactly those names)."""
+        if not isinstance(weights, dict):
+            raise TypeError(f"weights must be a dict keyed like get_weights(), got {type(weights).__name__}")
+        expected = set(self.weight_names)
+        missing, unexpected = sorted(expected - set(weights)), sorted(set(weights) - expected)
+        if missing or unexpected:
+            raise ValueError(f"weights: missing {missing}, unexpected {unexpected}")
+        self.set_cell_weights([{n: weights[self._prefix(k) + n] for n in cell.weight_names if self.bias or n != "bias"}
+                               for k, cell in enumerate(self.cells)])
+
+    def set_cell_weights(self, cells):
+        """Replace the weights from one :class:`nblstm.LSTMCell` weight dict per cell, in :attr:`cells` order.
+
+        Without ``bias`` a cell's dict has no ``bias``; a zero one is used.
+        """
+        if not isinstance(cells, (list, tuple)) or len(cells) != len(self.cells):
+            raise ValueError(f"cells must be a list of {len(self.cells)} weight dicts (num_layers * num_directions)")
+        checked = []
+        for k, (cell, w) in enumerate(zip(self.cells, cells, strict=True)):
+            w = dict(w)
+            if not self.bias:
+                if "bias" in w:
+                    raise ValueError(f"cell {k} has a bias but the layer has bias=False")
+                w["bias"] = np.zeros(4 * self.hidden_size, self.dtype)
+            w = {n: np.asarray(v.to_host(a) if not isinstance(a, np.ndarray) else a) for n, a in w.items()}
+            w = {n: a.astype(self.dtype) if a.dtype != self.dtype and a.dtype.kind == "f" else a for n, a in w.items()}
+            expected_in = cell.input_depth + cell.output_size
+            if "kernel" in w and w["kernel"].shape[0] != expected_in:
+                raise ValueError(f"cell {k} ({self._prefix(k)[:-1]}): kernel has {w['kernel'].shape[0]} rows; "
+                                 f"expected {expected_in} (its input depth {cell.input_depth} + output depth "
+                                 f"{cell.output_size})")
+            try:  # every cell's weights validated before any is replaced
+                checked_weights(w, cell.num_units, cell.num_proj, cell.use_peepholes, cell.input_depth, cell.dtype)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"cell {k} ({self._prefix(k)[:-1]}): {e}") from None
+            checked.append(w)
+        for cell, w in zip(self.cells, checked, strict=True):
+            cell.set_weights(w)
+
+    # -- calls -----------------------------------------------------------------------------------------
+
+    def __call__(self, input, hx=None, *, sequence_length=None, mask=None, training=False):
+        """``output, (h_n, c_n) = lstm(input, hx)``, as ``torch.nn.LSTM``.
+
+        Parameters
+        ----------
+        input : [T, B, I] array (``[B, T, I]`` with ``batch_first``)
+            NumPy or GPU array of the layer's dtype.
+        hx : tuple, optional
+            ``(h_0 [L * D, B, P], c_0 [L * D, B, H])``, PyTorch's order; zeros when omitted.
+        sequence_length : [B] ints, optional
+            Lengths in ``[0, T]`` (PyTorch's packed sequences, with zeros
+            allowed): past an example's length its outputs are zero and its
+            state is carried; the reverse direction starts at each example's last step.
+        mask : [B, T] bools, optional
+            Keras's mask, any pattern (not with ``sequence_length``): masked
+            steps carry the state, and their outputs repeat the direction's
+            previous output (zeros before its first step), or are zero with
+            ``zero_output_for_mask``.
+        training : bool, default False
+            Apply ``dropout`` between layers.
+
+        Returns
+        -------
+        tuple
+            ``(output [T, B, D * P], (h_n [L * D, B, P], c_n [L * D, B, H]))``
+            (``output`` batch-first with ``batch_first``), of the input's
+            kind: NumPy arrays, or Numba device arrays for GPU inputs.
+        """
+        return self._forward(input, hx, sequence_length, mask, training, with_grad=False)[:2]
+
+    forward = __call__
+
+    def vjp(self, input, hx=None, *, sequence_length=None, mask=None, training=False):
+        """The call of :meth:`__call__` and a function giving its vector-Jacobian product.
+
+        Returns
+        -------
+        tuple
+            ``((output, (h_n, c_n)), backward)``: ``backward(d_output=None,
+            d_hx=None)`` with ``d_output`` shaped like ``output`` and
+            ``d_hx = (d_h_n, d_c_n)`` (each may be ``None``: zeros) returns
+            ``(d_input, (d_h_0, d_c_0), d_weights)``, ``d_weights`` keyed like
+            :meth:`get_weights` (NumPy arrays).
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> lstm = nblstm.LSTM(3, 2, num_layers=2, bidirectional=True, dtype=np.float64, seed=0)
+        >>> x = np.ones((4, 1, 3))                                      # [T, B, I]
+        >>> (out, (h_n, c_n)), backward = lstm.vjp(x, sequence_length=[3])
+        >>> d_x, (d_h0, d_c0), d_w = backward(np.ones_like(out))
+        >>> d_x.shape, d_h0.shape, d_w["l1_reverse/kernel"].shape
+        ((4, 1, 3), (4, 1, 2), (6, 8))
+        """
+        output, state, ctx = self._forward(input, hx, sequence_length, mask, training, with_grad=True)
+
+        def backward(d_output=None, d_hx=None):
+            """Gradients of the loss with respect to the input, the initial state and every weight."""
+            return self._backward(ctx, d_output, d_hx)
+
+        return (output, state), backward
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _check_input(self, value):
+        info = v.describe_array("input", value)
+        layout = "[B, T, I] (batch_first=True)" if self.batch_first else "[T, B, I] (batch_first=False)"
+        if len(info.shape) != 3:
+            raise ValueError(f"input must have rank 3, {layout}, got shape {tuple(info.shape)}")
+        if info.dtype != self.dtype:
+            raise TypeError(f"input has dtype {info.dtype}; expected {self.dtype} (the layer's dtype)")
+        if info.shape[2] != self.input_size:
+            raise ValueError(f"input has shape {tuple(info.shape)}; its last axis must be input_size = "
+                             f"{self.input_size}")
+        return info
+
+    def _check_hx(self, hx, batch, kind, name="hx"):
+        """``(h_0, c_0)`` validated: ``[L * D, B, P]`` and ``[L * D, B, H]`` of the layer's dtype, or ``None``."""
+        if hx is None:
+            return None
+        if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+            raise TypeError(f"{name} must be a pair (h [L * D, B, P], c [L * D, B, H]) as in PyTorch, "
+                            f"got {type(hx).__name__}")
+        rows = self.num_layers * self.num_directions
+        out = []
+        for part, n, width in ((hx[0], f"{name}[0] (h)", self.proj_size or self.hidden_size),
+                               (hx[1], f"{name}[1] (c)", self.hidden_size)):
+            if part is None:
+                out.append(None)
+                continue
+            info = v.describe_array(n, part)
+            if info.kind != kind:
+                raise TypeError(f"{n} must live where input does ({'a GPU' if kind == 'device' else 'NumPy'} array)")
+            if info.dtype != self.dtype:
+                raise TypeError(f"{n} has dtype {info.dtype}; expected {self.dtype} (the layer's dtype)")
+            v.check_shape(info, (rows, batch, width), "[num_layers * num_directions, B, P or H]")
+            out.append(part)
+        return tuple(out)
+
+    def _forward(self, input, hx, sequence_length, mask, training, with_grad):
+        info = self._check_input(input)
+        training = v.check_bool("training", training)
+        kind = info.kind
+        x = arrays.swap01(input, kind) if self.batch_first else input  # time-major from here on
+        steps, batch = (info.shape[1], info.shape[0]) if self.batch_first else info.shape[:2]
+        hx = self._check_hx(hx, batch, kind)
+        lengths = None
+        if mask is not None:
+            if sequence_length is not None:
+                raise ValueError("pass sequence_length or mask, not both")
+            mask = v.check_mask(mask, steps, batch)
+        elif sequence_length is not None:
+            lengths = v.check_lengths(sequence_length, steps, batch)
+        drop = training and self.dropout > 0 and self.num_layers > 1
+        layer_in = x
+        finals, saved = [], []
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(self.num_directions):
+                k = layer * self.num_directions + d
+                cell = self.cells[k]
+                state = None
+                if hx is not None:
+                    state = (hx[1][k] if hx[1] is not None else None, hx[0][k] if hx[0] is not None else None)
+                    state = self._state_for(cell, state, batch, kind)
+                if with_grad:
+                    (out, final), back = cell.vjp(layer_in, state, lengths, mask=mask, reverse=bool(d),
+                                                  zero_output_for_mask=self.zero_output_for_mask)
+                    saved.append(back)
+                else:
+                    out, final = cell.run(layer_in, state, lengths, mask=mask, reverse=bool(d),
+                                          zero_output_for_mask=self.zero_output_for_mask)
+                outs.append(out)
+                finals.append(final)
+            layer_out = arrays.concat_columns(outs, kind)
+            keep = None
+            if drop and layer < self.num_layers - 1:
+                keep = (self._rng.random(layer_out.shape) >= self.dropout) / (1.0 - self.dropout)
+                layer_out = arrays.multiply(layer_out, keep, kind)
+            saved.append(keep)
+            layer_in = layer_out
+        output = arrays.swap01(layer_in, kind) if self.batch_first else layer_in
+        h_n = arrays.stack([f.h for f in finals], kind)
+        c_n = arrays.stack([f.c for f in finals], kind)
+        ctx = {"saved": saved, "kind": kind, "shape": (steps, batch)} if with_grad else None
+        return output, (h_n, c_n), ctx
+
+    def _state_for(self, cell, state, batch, kind):
+        """A cell's initial state from ``(c, h)`` rows of ``hx`` (a missing part: zeros)."""
+        c, h = state
+        if c is None or h is None:
+            zeros = cell.zero_state(batch, self.dtype)
+            c = arrays.to_kind(zeros.c, kind) if c is None else c
+            h = arrays.to_kind(zeros.h, kind) if h is None else h
+        return (c, h)
+
+    def _backward(self, ctx, d_output, d_hx):
+        kind = ctx["kind"]
+        steps, batch = ctx["shape"]
+        depth = self.proj_size or self.hidden_size
+        if d_output is not None:
+            info = v.describe_array("d_output", d_output)
+            if info.kind != kind:
+                raise TypeError("d_output must live where input did (NumPy or GPU)")
+            if info.dtype != self.dtype:
+                raise TypeError(f"d_output has dtype {info.dtype}; expected {self.dtype}")
+            shape = (batch, steps, self.output_size) if self.batch_first else (steps, batch, self.output_size)
+            v.check_shape(info, shape, "like output")
+            d_output = arrays.swap01(d_output, kind) if self.batch_first else d_output
+        d_hx = self._check_hx(d_hx, batch, kind, "d_hx") if d_hx is not None else None
+        per_layer = 1 + self.num_directions
+        d_h0, d_c0, d_w = [None] * len(self.cells), [None] * len(self.cells), {}
+        d_layer = d_output
+        for layer in range(self.num_layers - 1, -1, -1):
+            block = ctx["saved"][layer * per_layer:(layer + 1) * per_layer]
+            keep = block[-1]
+            if keep is not None and d_layer is not None:
+                d_layer = arrays.multiply(d_layer, keep, kind)
+            d_in = None
+            for d in range(self.num_directions):
+                k = layer * self.num_directions + d
+                d_out = None if d_layer is None else arrays.columns(d_layer, d * depth, depth, kind)
+                d_state = None
+                if d_hx is not None:
+                    d_state = (None if d_hx[1] is None else d_hx[1][k], None if d_hx[0] is None else d_hx[0][k])
+                d_x, (dc0, dh0), dw = block[d](d_out, d_state)
+                d_in = arrays.add(d_in, d_x, kind)
+                d_c0[k], d_h0[k] = dc0, dh0
+                for name, g in dw.items():
+                    if self.bias or name != "bias":
+                        d_w[self._prefix(k) + name] = g
+            d_layer = d_in
+        d_input = arrays.swap01(d_layer, kind) if self.batch_first else d_layer
+        d_w = {name: d_w[name] for name in self.weight_names}
+        return d_input, (arrays.stack(d_h0, kind), arrays.stack(d_c0, kind)), d_w
+
+    def __repr__(self):
+        extras = [f"num_layers={self.num_layers}"] if self.num_layers != 1 else []
+        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False),
+                              ("proj_size", 0)):
+            if getattr(self, name) != default:
+                extras.append(f"{name}={getattr(self, name)!r}")
+        return f"LSTM({', '.join([str(self.input_size), str(self.hidden_size), *extras])})"

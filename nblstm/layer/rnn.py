@@ -1,0 +1,221 @@
+"""TensorFlow 1's RNN functions over :class:`nblstm.LSTMCell`: MultiRNNCell, dynamic_rnn, bidirectional_dynamic_rnn.
+
+The signatures and results are TensorFlow's (``tf.compat.v1.nn``): batch-major
+inputs unless ``time_major=True``, outputs zero past each example's length,
+final states at each length, the backward direction of
+``bidirectional_dynamic_rnn`` reversed within each example's length and its
+outputs returned in time order. Each cell runs the whole sequence in fused
+kernels: a ``MultiRNNCell`` runs cell after cell, each over all steps (the
+same results as TensorFlow's step-by-step loop, whose outputs past a length
+are discarded).
+"""
+
+import re
+
+from .. import _validate as v
+from ..cell import LSTMCell
+from . import arrays
+
+__all__ = ["MultiRNNCell", "bidirectional_dynamic_rnn", "dynamic_rnn"]
+
+
+class MultiRNNCell:
+    """Cells stacked: ``tf.compat.v1.nn.rnn_cell.MultiRNNCell``.
+
+    Parameters
+    ----------
+    cells : list of LSTMCell
+        Cell ``k + 1`` reads cell ``k``'s output.
+    state_is_tuple : bool, default True
+        TensorFlow's only supported value.
+
+    Examples
+    --------
+    >>> import numpy as np, nblstm
+    >>> stack = nblstm.MultiRNNCell([nblstm.LSTMCell(4, seed=0), nblstm.LSTMCell(3, num_proj=2, seed=1)])
+    >>> x = np.ones((2, 5, 6), np.float32)                                 # [B, T, I]
+    >>> outputs, state = nblstm.dynamic_rnn(stack, x, sequence_length=[5, 2])
+    >>> outputs.shape, [s.c.shape for s in state], stack.output_size
+    ((2, 5, 2), [(2, 4), (2, 3)], 2)
+    """
+
+    def __init__(self, cells, state_is_tuple=True):
+        if not isinstance(cells, (list, tuple)) or not cells:
+            raise ValueError("cells must be a non-empty list of nblstm.LSTMCell")
+        for k, cell in enumerate(cells):
+            if not isinstance(cell, (LSTMCell, MultiRNNCell)):
+                raise TypeError(f"cells[{k}] must be an nblstm.LSTMCell, got {type(cell).__name__}")
+        if not v.check_bool("state_is_tuple", state_is_tuple):
+            raise ValueError("state_is_tuple=False is deprecated in TensorFlow and not supported: states are tuples")
+        self.cells = tuple(cells)
+
+    @property
+    def output_size(self):
+        """The last cell's output size."""
+        return self.cells[-1].output_size
+
+    @property
+    def state_size(self):
+        """One entry per cell."""
+        return tuple(cell.state_size for cell in self.cells)
+
+    def zero_state(self, batch_size, dtype):
+        """A tuple of every cell's zero state."""
+        return tuple(cell.zero_state(batch_size, dtype) for cell in self.cells)
+
+    def __call__(self, inputs, state, scope=None):
+        """One step of every cell: ``output, new_state = stack(inputs, state)``."""
+        if not isinstance(state, (tuple, list)) or len(state) != len(self.cells):
+            raise TypeError(f"state must be a tuple of {len(self.cells)} cell states")
+        new = []
+        for cell, s in zip(self.cells, state, strict=True):
+            inputs, s = cell(inputs, s)
+            new.append(s)
+        return inputs, tuple(new)
+
+    def get_weights(self):
+        """``{"cell_{k}/{name}": array}``, cell after cell (TensorFlow's scope names without ``rnn/multi_rnn_cell``)."""
+        return {f"cell_{k}/{n}": a for k, cell in enumerate(self.cells) for n, a in cell.get_weights().items()}
+
+    def set_weights(self, weights):
+        """Every cell's weights: a dict keyed like :meth:`get_weights` or TensorFlow's variable names
+        (``rnn/multi_rnn_cell/cell_0/lstm_cell/kernel:0`` ...), or TensorFlow's flat list in its order.
+
+        A cell that is not built yet takes its input depth from its kernel.
+        """
+        for cell, w in zip(self.cells, _per_cell(weights, self.cells), strict=True):
+            cell.set_weights(w)
+
+    def __repr__(self):
+        return f"MultiRNNCell({list(self.cells)!r})"
+
+
+_CELL_SCOPE = re.compile(r"(?:^|/)cell_(\d+)/")
+
+
+def _per_cell(weights, cells):
+    """Split a MultiRNNCell's weights into one argument of ``LSTMCell.set_weights`` per cell."""
+    if isinstance(weights, (list, tuple)):
+        counts = [len(c.weight_names) for c in cells]
+        if len(weights) != sum(counts):
+            raise ValueError(f"weights has {len(weights)} arrays; expected {sum(counts)} (every cell's weights in "
+                             f"TensorFlow's order: {counts} per cell)")
+        starts = [sum(counts[:k]) for k in range(len(cells))]
+        return [list(weights[a:a + n]) for a, n in zip(starts, counts, strict=True)]
+    if not isinstance(weights, dict):
+        raise TypeError(f"weights must be a dict or a list, got {type(weights).__name__}")
+    groups = [{} for _ in cells]
+    for key, value in weights.items():
+        found = _CELL_SCOPE.search(str(key))
+        if found is None or int(found.group(1)) >= len(cells):
+            raise ValueError(f"weights key {key!r} names no cell: expected 'cell_<k>/...' with k < {len(cells)} "
+                             "(TensorFlow's scope of a MultiRNNCell's k-th cell)")
+        groups[int(found.group(1))][key[found.end():]] = value
+    return groups
+
+
+def _sequence(cell, inputs, sequence_length, initial_state, time_major, reverse, name):
+    """One direction: ``(outputs [T, B, P] time-major, final_state)``."""
+    if not isinstance(cell, (LSTMCell, MultiRNNCell)):
+        raise TypeError(f"{name} must be an nblstm.LSTMCell or nblstm.MultiRNNCell, got {type(cell).__name__}")
+    info = v.describe_array("inputs", inputs)
+    if len(info.shape) != 3:
+        layout = "[T, B, I] (time_major=True)" if time_major else "[B, T, I] (time_major=False)"
+        raise ValueError(f"inputs must have rank 3, {layout}, got shape {tuple(info.shape)}")
+    x = inputs if time_major else arrays.swap01(inputs, info.kind)
+    cells = cell.cells if isinstance(cell, MultiRNNCell) else (cell,)
+    states = initial_state if isinstance(cell, MultiRNNCell) else (initial_state,)
+    if isinstance(cell, MultiRNNCell) and initial_state is not None and (
+            not isinstance(initial_state, (tuple, list)) or len(initial_state) != len(cells)):
+        raise TypeError(f"initial_state must be a tuple of {len(cells)} cell states (one per cell of the MultiRNNCell)")
+    if states is None:
+        states = (None,) * len(cells)
+    finals = []
+    for c, s in zip(cells, states, strict=True):
+        x, final = c.run(x, s, sequence_length, reverse=reverse)
+        finals.append(final)
+    return x, (tuple(finals) if isinstance(cell, MultiRNNCell) else finals[0])
+
+
+def _check_dtype(inputs, dtype):
+    if dtype is not None:
+        dt = v.check_dtype("dtype", dtype)
+        found = v.describe_array("inputs", inputs).dtype
+        if dt != found:
+            raise TypeError(f"dtype={dt} disagrees with the dtype {found} of inputs")
+
+
+def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=None, parallel_iterations=None,
+                swap_memory=False, time_major=False, scope=None):
+    """``tf.compat.v1.nn.dynamic_rnn``: a cell (or a :class:`MultiRNNCell`) over a whole sequence.
+
+    Parameters
+    ----------
+    cell : LSTMCell or MultiRNNCell
+    inputs : [B, T, I] array (``[T, B, I]`` with ``time_major=True``)
+    sequence_length : [B] ints, optional
+        Past its length an example's outputs are zero and its state is carried.
+    initial_state : state, optional
+        The cell's state structure (a tuple of them for a MultiRNNCell); zeros when omitted.
+    dtype : optional
+        Checked against the inputs' dtype (TensorFlow needs it without ``initial_state``).
+    parallel_iterations, swap_memory, scope
+        Accepted for compatibility; they do not apply.
+    time_major : bool, default False
+        TensorFlow's default: batch-major inputs and outputs.
+
+    Returns
+    -------
+    tuple
+        ``(outputs [B, T, P] (or [T, B, P]), final_state)``.
+    """
+    _check_dtype(inputs, dtype)
+    time_major = v.check_bool("time_major", time_major)
+    outputs, state = _sequence(cell, inputs, sequence_length, initial_state, time_major, False, "cell")
+    return (outputs if time_major else arrays.swap01(outputs, v.describe_array("outputs", outputs).kind)), state
+
+
+def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None, initial_state_fw=None,
+                              initial_state_bw=None, dtype=None, parallel_iterations=None, swap_memory=False,
+                              time_major=False, scope=None):
+    """``tf.compat.v1.nn.bidirectional_dynamic_rnn``: a forward and a backward cell over the same sequence.
+
+    The backward cell runs each example reversed within its own length
+    (TensorFlow's ``reverse_sequence``), inside the kernels: the inputs are
+    not copied. Its outputs come back in time order.
+
+    Parameters
+    ----------
+    cell_fw, cell_bw : LSTMCell or MultiRNNCell
+    inputs : [B, T, I] array (``[T, B, I]`` with ``time_major=True``)
+    sequence_length : [B] ints, optional
+    initial_state_fw, initial_state_bw : states, optional
+    dtype, parallel_iterations, swap_memory, scope
+        As :func:`dynamic_rnn`.
+    time_major : bool, default False
+
+    Returns
+    -------
+    tuple
+        ``((output_fw, output_bw), (output_state_fw, output_state_bw))``.
+
+    Examples
+    --------
+    >>> import numpy as np, nblstm
+    >>> fw, bw = nblstm.LSTMCell(4, seed=0), nblstm.LSTMCell(3, seed=1)
+    >>> x = np.ones((2, 5, 6), np.float32)                                 # [B, T, I]
+    >>> (out_fw, out_bw), (state_fw, state_bw) = nblstm.bidirectional_dynamic_rnn(fw, bw, x, sequence_length=[5, 2])
+    >>> out_fw.shape, out_bw.shape
+    ((2, 5, 4), (2, 5, 3))
+    >>> np.array_equal(state_bw.h[1], out_bw[1, 0])   # the backward direction ends at time 0
+    True
+    """
+    _check_dtype(inputs, dtype)
+    time_major = v.check_bool("time_major", time_major)
+    out_fw, state_fw = _sequence(cell_fw, inputs, sequence_length, initial_state_fw, time_major, False, "cell_fw")
+    out_bw, state_bw = _sequence(cell_bw, inputs, sequence_length, initial_state_bw, time_major, True, "cell_bw")
+    if not time_major:
+        kind = v.describe_array("outputs", out_fw).kind
+        out_fw, out_bw = arrays.swap01(out_fw, kind), arrays.swap01(out_bw, kind)
+    return (out_fw, out_bw), (state_fw, state_bw)
+
