@@ -49,6 +49,9 @@ class LSTM:
     zero_output_for_mask : bool, default False
         Calls with a ``mask``: masked steps output zeros instead of repeating
         the previous output (Keras's option; its ``Bidirectional`` sets it).
+    reverse : bool, default False
+        Without ``bidirectional``: the one direction runs backwards (an ONNX
+        ``direction="reverse"`` node); its outputs stay in time order.
     dtype : float16, float32 or float64, default float32
     seed : int, optional
         Seeds the initial weights (PyTorch's: uniform in ``±1 / sqrt(H)``) and the dropout masks.
@@ -73,7 +76,7 @@ class LSTM:
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, *, use_peepholes=False, cell_clip=None, proj_clip=None,
                  forget_bias=0.0, activation="tanh", recurrent_activation="sigmoid", zero_output_for_mask=False,
-                 dtype=np.float32, seed=None):
+                 reverse=False, dtype=np.float32, seed=None):
         self.input_size = v.check_positive_int("input_size", input_size)
         self.hidden_size = v.check_positive_int("hidden_size", hidden_size)
         self.num_layers = v.check_positive_int("num_layers", num_layers)
@@ -94,6 +97,9 @@ class LSTM:
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         self.seed = seed
         self.zero_output_for_mask = v.check_bool("zero_output_for_mask", zero_output_for_mask)
+        self.reverse = v.check_bool("reverse", reverse)
+        if self.reverse and bidirectional:
+            raise ValueError("reverse=True is for one direction; a bidirectional layer already has a reverse one")
         self._rng = np.random.default_rng(seed)
         self.num_directions = 2 if self.bidirectional else 1
         depth = self.proj_size or self.hidden_size
@@ -199,6 +205,124 @@ class LSTM:
             checked.append(w)
         for cell, w in zip(self.cells, checked, strict=True):
             cell.set_weights(w)
+
+    # -- porting -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def _from(cls, config, cells, overrides):
+        config = {**config, **overrides}
+        lstm = cls(**config)
+        lstm.set_cell_weights(cells)
+        return lstm
+
+    @classmethod
+    def from_torch(cls, module_or_state_dict, *, batch_first=None, **options):
+        """A layer with the weights and sizes of a PyTorch ``nn.LSTM`` (every layer and direction, ``proj_size``).
+
+        Parameters
+        ----------
+        module_or_state_dict : nn.LSTM or mapping
+            The module (its sizes and ``batch_first`` are read), or its
+            ``state_dict()`` of tensors or arrays (sizes inferred from the keys).
+        batch_first : bool, optional
+            Overrides the module's; ``False`` for a state dict when not given.
+        **options
+            Further :class:`LSTM` keywords (``dtype``, ``seed`` ...).
+
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> source = nblstm.LSTM(3, 4, num_layers=2, bidirectional=True, proj_size=2, seed=0)
+        >>> state_dict = source.to_torch()                              # nn.LSTM's keys and layouts
+        >>> sorted(state_dict)[:3]
+        ['bias_hh_l0', 'bias_hh_l0_reverse', 'bias_hh_l1']
+        >>> lstm = nblstm.LSTM.from_torch(state_dict)
+        >>> x = np.ones((5, 2, 3), np.float32)
+        >>> np.array_equal(lstm(x)[0], source(x)[0])
+        True
+        """
+        from ..porting import torch
+
+        config, cells = torch.read(module_or_state_dict, batch_first=batch_first)
+        if config.get("batch_first") is None:
+            config["batch_first"] = False
+        if not config["bias"]:  # the readers give zero biases; a layer without bias has none
+            cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
+        return cls._from(config, cells, options)
+
+    def to_torch(self):
+        """A state dict of NumPy arrays for ``nn.LSTM(input_size, hidden_size, num_layers, bias, batch_first, 0,
+        bidirectional, proj_size)``: load it with ``module.load_state_dict({k: torch.from_numpy(a) ...})``.
+
+        Raises
+        ------
+        ValueError
+            Options PyTorch does not have (peepholes, clips, other activations or gate functions).
+        """
+        from ..porting import torch
+
+        return torch.write(self._config(), [cell.get_weights() for cell in self.cells])
+
+    @classmethod
+    def from_keras(cls, layer_or_model, **options):
+        """A layer with the weights of Keras ``LSTM`` / ``Bidirectional(LSTM)`` layers (one, or a stack).
+
+        Keras is batch-major (``batch_first=True``) and has no forget bias
+        (``forget_bias=0``); the activations and gate function
+        (``"hard_sigmoid"`` too) are read from the layers' configuration, and
+        a ``Bidirectional`` layer's masked outputs are zero
+        (``zero_output_for_mask=True``, as Keras sets it). Unsupported
+        configurations are refused (:func:`nblstm.porting.keras.read`).
+
+        Parameters
+        ----------
+        layer_or_model : Keras layer, model, list or dict
+            See :func:`nblstm.porting.keras.read`; Keras itself is not imported.
+        **options
+            Further :class:`LSTM` keywords.
+        """
+        from ..porting import keras
+
+        config, cells = keras.read(layer_or_model)
+        config.setdefault("zero_output_for_mask", bool(config["bidirectional"]))
+        if not config["bias"]:
+            cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
+        return cls._from(config, cells, options)
+
+    @classmethod
+    def from_onnx(cls, model_or_node, name=None, *, weights=None, **options):
+        """A layer with the weights of an ONNX ``LSTM`` node (forward, reverse or bidirectional).
+
+        ONNX's ``layout`` gives ``batch_first``; ``clip`` (a clip of every gate
+        pre-activation) and ``input_forget`` have no nblstm equivalent and
+        are refused, as are activations the kernels do not have. The ONNX
+        outputs are ``Y [T, D, B, H]``: ``output.reshape(T, B, D, H).transpose(0, 2, 1, 3)``
+        (time-major) is ``Y``. A zero-length example's final state is its initial
+        state here; onnxruntime returns zeros for it.
+
+        Parameters
+        ----------
+        model_or_node : ModelProto, GraphProto, path or NodeProto
+            Needs the ``onnx`` package (the ``onnx`` extra).
+        name : str, optional
+            The node, when the model has several ``LSTM`` nodes.
+        weights : dict, optional
+            ``{initializer name: array}`` for a bare ``NodeProto``.
+        """
+        from ..porting import onnx
+
+        config, cells = onnx.read(model_or_node, name=name, weights=weights)
+        if not config["bias"]:
+            cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
+        return cls._from(config, cells, options)
+
+    def _config(self):
+        return {"input_size": self.input_size, "hidden_size": self.hidden_size, "num_layers": self.num_layers,
+                "bias": self.bias, "batch_first": self.batch_first, "dropout": self.dropout,
+                "bidirectional": self.bidirectional, "proj_size": self.proj_size,
+                "use_peepholes": self.use_peepholes, "cell_clip": self.cell_clip, "proj_clip": self.proj_clip,
+                "forget_bias": self.forget_bias, "activation": self.activation,
+                "recurrent_activation": self.recurrent_activation, "dtype": self.dtype.name}
 
     # -- calls -----------------------------------------------------------------------------------------
 
@@ -328,11 +452,11 @@ class LSTM:
                     state = (hx[1][k] if hx[1] is not None else None, hx[0][k] if hx[0] is not None else None)
                     state = self._state_for(cell, state, batch, kind)
                 if with_grad:
-                    (out, final), back = cell.vjp(layer_in, state, lengths, mask=mask, reverse=bool(d),
+                    (out, final), back = cell.vjp(layer_in, state, lengths, mask=mask, reverse=bool(d) or self.reverse,
                                                   zero_output_for_mask=self.zero_output_for_mask)
                     saved.append(back)
                 else:
-                    out, final = cell.run(layer_in, state, lengths, mask=mask, reverse=bool(d),
+                    out, final = cell.run(layer_in, state, lengths, mask=mask, reverse=bool(d) or self.reverse,
                                           zero_output_for_mask=self.zero_output_for_mask)
                 outs.append(out)
                 finals.append(final)
@@ -401,7 +525,7 @@ class LSTM:
     def __repr__(self):
         extras = [f"num_layers={self.num_layers}"] if self.num_layers != 1 else []
         for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False),
-                              ("proj_size", 0)):
+                              ("proj_size", 0), ("reverse", False)):
             if getattr(self, name) != default:
                 extras.append(f"{name}={getattr(self, name)!r}")
         return f"LSTM({', '.join([str(self.input_size), str(self.hidden_size), *extras])})"
