@@ -257,10 +257,13 @@ class LSTM:
         Raises
         ------
         ValueError
-            Options PyTorch does not have (peepholes, clips, other activations or gate functions).
+            Options PyTorch does not have (peepholes, clips, other activations or gate functions,
+            ``reverse=True``).
         """
         from ..porting import torch
 
+        if self.reverse:
+            raise ValueError("PyTorch nn.LSTM has no equivalent of reverse=True (one direction run backwards)")
         return torch.write(self._config(), [cell.get_weights() for cell in self.cells])
 
     @classmethod
@@ -288,6 +291,29 @@ class LSTM:
         if not config["bias"]:
             cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
         return cls._from(config, cells, options)
+
+    @classmethod
+    def stack_from_keras(cls, model, **options):
+        """One layer per recurrent layer of a Keras stack whose layers differ (units, directions, activations).
+
+        A stack of equal layers is one :meth:`from_keras` layer; a stack
+        such as ``Bidirectional(LSTM(64)) -> LSTM(32)`` is a list, run in
+        order with the same mask or lengths:
+        ``for layer in layers: x, state = layer(x, mask=mask)``.
+
+        Returns
+        -------
+        list of LSTM
+        """
+        from ..porting import keras
+
+        layers = []
+        for config, cells in keras.read_layers(model):
+            config.setdefault("zero_output_for_mask", bool(config["bidirectional"]))
+            if not config["bias"]:
+                cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
+            layers.append(cls._from(config, cells, options))
+        return layers
 
     @classmethod
     def from_onnx(cls, model_or_node, name=None, *, weights=None, **options):
