@@ -180,7 +180,9 @@ class LSTM:
     def set_cell_weights(self, cells):
         """Replace the weights from one :class:`nblstm.LSTMCell` weight dict per cell, in :attr:`cells` order.
 
-        Without ``bias`` a cell's dict has no ``bias``; a zero one is used.
+        Without ``bias`` a cell's dict has no ``bias``; a zero one is used. The
+        arrays must have the layer's dtype (as :meth:`nblstm.LSTMCell.set_weights`);
+        every cell's weights are checked before any is replaced.
         """
         if not isinstance(cells, (list, tuple)) or len(cells) != len(self.cells):
             raise ValueError(f"cells must be a list of {len(self.cells)} weight dicts (num_layers * num_directions)")
@@ -192,7 +194,6 @@ class LSTM:
                     raise ValueError(f"cell {k} has a bias but the layer has bias=False")
                 w["bias"] = np.zeros(4 * self.hidden_size, self.dtype)
             w = {n: np.asarray(v.to_host(a) if not isinstance(a, np.ndarray) else a) for n, a in w.items()}
-            w = {n: a.astype(self.dtype) if a.dtype != self.dtype and a.dtype.kind == "f" else a for n, a in w.items()}
             expected_in = cell.input_depth + cell.output_size
             if "kernel" in w and w["kernel"].shape[0] != expected_in:
                 raise ValueError(f"cell {k} ({self._prefix(k)[:-1]}): kernel has {w['kernel'].shape[0]} rows; "
@@ -210,6 +211,9 @@ class LSTM:
 
     @classmethod
     def _from(cls, config, cells, overrides):
+        if "dtype" in overrides:  # an explicit dtype converts the source's weights
+            dt = v.check_dtype("dtype", overrides["dtype"], allow_none=False)
+            cells = [{n: np.asarray(a).astype(dt) for n, a in w.items()} for w in cells]
         config = {**config, **overrides}
         lstm = cls(**config)
         lstm.set_cell_weights(cells)
@@ -551,7 +555,7 @@ class LSTM:
     def __repr__(self):
         extras = [f"num_layers={self.num_layers}"] if self.num_layers != 1 else []
         for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False),
-                              ("proj_size", 0), ("reverse", False)):
+                              ("proj_size", 0), ("reverse", False), ("zero_output_for_mask", False)):
             if getattr(self, name) != default:
                 extras.append(f"{name}={getattr(self, name)!r}")
         return f"LSTM({', '.join([str(self.input_size), str(self.hidden_size), *extras])})"
