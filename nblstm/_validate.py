@@ -25,6 +25,7 @@ __all__ = [
     "check_positive_int",
     "check_real",
     "check_seq_len_max",
+    "check_sequence_layout",
     "check_shape",
     "compute_dtype",
     "describe_array",
@@ -233,6 +234,33 @@ def check_choice(name, value, choices):
     if value.lower() not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value.lower()
+
+
+def _rows(state):
+    """The rows of a state argument (its first array's first axis), or ``None``; nested tuples are looked into."""
+    while isinstance(state, (tuple, list)) and state:
+        state = state[0]
+    shape = getattr(state, "shape", None)
+    return shape[0] if shape else None
+
+
+def check_sequence_layout(state, sequence_length, steps, batch, time_major):
+    """A state or lengths sized like the time axis of the inputs: say ``time_major``, not just "wrong shape".
+
+    ``steps`` and ``batch`` are the inputs' sizes read with the caller's
+    ``time_major``; nothing is raised when they are equal (no evidence).
+    """
+    if steps == batch:
+        return
+    sizes = [("initial_state", _rows(state))]
+    if sequence_length is not None and hasattr(sequence_length, "__len__"):
+        sizes.append(("sequence_length", len(sequence_length)))
+    for name, size in sizes:
+        if size == steps:
+            layout = "[T, B, I] (time-major)" if time_major else "[B, T, I] (batch-major)"
+            other = "time_major=False" if time_major else "time_major=True"
+            raise ValueError(f"{name} has {size} rows, the size of the time axis of inputs read as {layout}; "
+                             f"if inputs is {'batch' if time_major else 'time'}-major, pass {other}")
 
 
 def check_mask(mask, steps, batch, name="mask"):

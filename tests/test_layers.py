@@ -1338,3 +1338,33 @@ def test_outputs_are_fresh_arrays():
     for a in (out, h_n, c_n, d_x, d_h0, d_c0):
         assert not np.shares_memory(a, x)
     assert out.flags.c_contiguous and d_x.flags.c_contiguous and d_x.shape == x.shape
+
+
+def test_porting_overrides_keep_the_sources_results():
+    source = nblstm.LSTM(3, 4, num_layers=2, bidirectional=True, seed=0)
+    state_dict = source.to_torch()
+    x = np.random.default_rng(0).standard_normal((5, 2, 3)).astype(np.float32)
+    expected = source(x)[0]
+    np.testing.assert_allclose(nblstm.LSTM.from_torch(state_dict, forget_bias=1.0)(x)[0], expected, rtol=1e-6,
+                               atol=1e-6)
+    batch_major = nblstm.LSTM.from_torch(state_dict, batch_first=True, dtype=np.float64)
+    np.testing.assert_allclose(batch_major(np.swapaxes(x, 0, 1).astype(np.float64))[0], np.swapaxes(expected, 0, 1),
+                               rtol=1e-6, atol=1e-6)
+    for bad in ({"activation": "relu"}, {"bidirectional": False}, {"cell_clip": 1.0}):
+        with pytest.raises(TypeError, match=list(bad)[0]):
+            nblstm.LSTM.from_torch(state_dict, **bad)
+
+
+def test_multi_rnn_cell_refuses_the_variables_of_two_stacks():
+    stack = nblstm.MultiRNNCell([nblstm.LSTMCell(2, seed=0), nblstm.LSTMCell(2, seed=1)])
+    weights = {f"bidirectional_rnn/{d}/multi_rnn_cell/cell_{k}/lstm_cell/{n}:0": np.zeros(s, np.float32)
+               for d in ("fw", "bw") for k in range(2) for n, s in (("kernel", (4, 8)), ("bias", (8,)))}
+    with pytest.raises(ValueError, match="several MultiRNNCells"):
+        stack.set_weights(weights)
+
+
+def test_dynamic_rnn_layout_hint_names_the_right_flag():
+    stack = nblstm.MultiRNNCell([nblstm.LSTMCell(2, seed=0)])
+    x_time_major = np.ones((5, 3, 4), np.float32)  # [T, B, I] given with the default time_major=False
+    with pytest.raises(ValueError, match="pass time_major=True"):
+        nblstm.dynamic_rnn(stack, x_time_major, sequence_length=[5, 5, 5])

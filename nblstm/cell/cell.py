@@ -894,7 +894,7 @@ class LSTMCell:
             inputs = swap01(inputs, info.kind)
             info = v.describe_array("inputs", inputs)
         steps, batch = info.shape[0], info.shape[1]
-        self._check_layout(initial_state, sequence_length, mask, steps, batch, time_major)
+        v.check_sequence_layout(initial_state, sequence_length, steps, batch, time_major)
         if mask is not None:
             if sequence_length is not None:
                 raise ValueError("pass sequence_length or mask, not both")
@@ -904,25 +904,6 @@ class LSTMCell:
         if not time_major:
             outputs = swap01(outputs, info.kind)
         return outputs, final, ctx
-
-    def _check_layout(self, state, sequence_length, mask, steps, batch, time_major):
-        """A state or lengths sized for the other axis of the inputs: say ``time_major``, not just "wrong shape"."""
-        if steps == batch:
-            return
-        sizes = []
-        if state is not None:
-            first = state[0] if isinstance(state, (tuple, list)) and state else state
-            shape = getattr(first, "shape", None)
-            if shape:
-                sizes.append(("initial_state", shape[0]))
-        if sequence_length is not None and hasattr(sequence_length, "__len__"):
-            sizes.append(("sequence_length", len(sequence_length)))
-        for name, size in sizes:
-            if size == steps:
-                layout = "[T, B, I] (time-major)" if time_major else "[B, T, I] (batch-major)"
-                other = "time_major=False" if time_major else "time_major=True"
-                raise ValueError(f"{name} has {size} rows, the size of the time axis of inputs read as {layout}; "
-                                 f"if inputs is {'batch' if time_major else 'time'}-major, pass {other}")
 
     # -- internals -------------------------------------------------------------------------------------
 

@@ -19,6 +19,9 @@ from . import arrays
 
 __all__ = ["LSTM"]
 
+#: The keywords the ``from_*`` constructors take besides the source: options that keep its results.
+_PORTING_OVERRIDES = ("batch_first", "dropout", "dtype", "seed", "zero_output_for_mask", "forget_bias")
+
 
 class LSTM:
     """A multi-layer, optionally bidirectional LSTM: ``torch.nn.LSTM``'s constructor and call, on nblstm's kernels.
@@ -211,9 +214,29 @@ class LSTM:
 
     @classmethod
     def _from(cls, config, cells, overrides):
+        """A layer of ``config`` with the source's ``cells`` (for ``forget_bias = 0``) and the caller's ``overrides``.
+
+        Only options that keep the source's results may be overridden; a
+        ``forget_bias`` is taken out of the forget gate's bias, so that the
+        layer computes what the source does.
+        """
+        unknown = sorted(set(overrides) - set(_PORTING_OVERRIDES))
+        if unknown:
+            raise TypeError(f"unexpected keyword arguments {unknown}: a converted layer takes its sizes and maths from "
+                            f"the source; only {list(_PORTING_OVERRIDES)} may be given")
         if "dtype" in overrides:  # an explicit dtype converts the source's weights
             dt = v.check_dtype("dtype", overrides["dtype"], allow_none=False)
             cells = [{n: np.asarray(a).astype(dt) for n, a in w.items()} for w in cells]
+        forget_bias = v.check_real("forget_bias", overrides.get("forget_bias", 0.0))
+        if forget_bias and config.get("bias", True):
+            units = int(config["hidden_size"])
+            cells = [dict(w) for w in cells]
+            for w in cells:
+                bias = np.array(w["bias"], copy=True)
+                bias[2 * units:3 * units] -= bias.dtype.type(forget_bias)  # ICFO: f is the third block
+                w["bias"] = bias
+        elif forget_bias:
+            raise ValueError("forget_bias needs a bias to take it out of (the source has bias=False)")
         config = {**config, **overrides}
         lstm = cls(**config)
         lstm.set_cell_weights(cells)
@@ -231,7 +254,9 @@ class LSTM:
         batch_first : bool, optional
             Overrides the module's; ``False`` for a state dict when not given.
         **options
-            Further :class:`LSTM` keywords (``dtype``, ``seed`` ...).
+            ``dtype``, ``seed``, ``dropout``, ``zero_output_for_mask`` or
+            ``forget_bias`` (taken out of the bias: the results stay the
+            source's); the sizes and maths come from the source.
 
         Examples
         --------
@@ -286,7 +311,7 @@ class LSTM:
         layer_or_model : Keras layer, model, list or dict
             See :func:`nblstm.porting.keras.read`; Keras itself is not imported.
         **options
-            Further :class:`LSTM` keywords.
+            As :meth:`from_torch`'s (``batch_first`` too).
         """
         from ..porting import keras
 
@@ -338,6 +363,8 @@ class LSTM:
             The node, when the model has several ``LSTM`` nodes.
         weights : dict, optional
             ``{initializer name: array}`` for a bare ``NodeProto``.
+        **options
+            As :meth:`from_torch`'s (``batch_first`` too).
         """
         from ..porting import onnx
 

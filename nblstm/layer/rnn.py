@@ -105,12 +105,17 @@ def _per_cell(weights, cells):
     if not isinstance(weights, dict):
         raise TypeError(f"weights must be a dict or a list, got {type(weights).__name__}")
     groups = [{} for _ in cells]
+    scopes = set()
     for key, value in weights.items():
         found = _CELL_SCOPE.search(str(key))
         if found is None or int(found.group(1)) >= len(cells):
             raise ValueError(f"weights key {key!r} names no cell: expected 'cell_<k>/...' with k < {len(cells)} "
                              "(TensorFlow's scope of a MultiRNNCell's k-th cell)")
+        scopes.add(key[:found.start()])
         groups[int(found.group(1))][key[found.end():]] = value
+    if len(scopes) > 1:
+        raise ValueError(f"weights holds the variables of several MultiRNNCells (scopes {sorted(scopes)}); pass one "
+                         "stack's, e.g. nblstm.porting.tf.select(weights, 'fw')")
     return groups
 
 
@@ -122,6 +127,8 @@ def _sequence(cell, inputs, sequence_length, initial_state, time_major, reverse,
     if len(info.shape) != 3:
         layout = "[T, B, I] (time_major=True)" if time_major else "[B, T, I] (time_major=False)"
         raise ValueError(f"inputs must have rank 3, {layout}, got shape {tuple(info.shape)}")
+    steps, batch = (info.shape[0], info.shape[1]) if time_major else (info.shape[1], info.shape[0])
+    v.check_sequence_layout(initial_state, sequence_length, steps, batch, time_major)
     x = inputs if time_major else arrays.swap01(inputs, info.kind)
     cells = cell.cells if isinstance(cell, MultiRNNCell) else (cell,)
     states = initial_state if isinstance(cell, MultiRNNCell) else (initial_state,)
