@@ -16,6 +16,7 @@ from collections import namedtuple
 
 from . import _validate as v
 from ._dispatch import check_stream, target_for
+from .interchange import accepts_any_array
 from .options import OpOptions, op_cell_clip
 
 __all__ = [
@@ -136,6 +137,7 @@ def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     return infos, (steps, batch, inputs, units)
 
 
+@accepts_any_array
 def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_len_max=None, forget_bias=0.0,
                cell_clip=None, use_peephole=False, layout="ifco", stream=None):
     """LSTM forward over a whole sequence (TensorFlow's BlockLSTM / BlockLSTMV2).
@@ -211,6 +213,7 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_le
     return BlockLSTMOutput(*outs)
 
 
+@accepts_any_array
 def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, wci=None, wcf=None, wco=None, *,
                     seq_len_max=None, use_peephole=False, layout="ifco", stream=None):
     """LSTM backward over a whole sequence (TensorFlow's BlockLSTMGrad / BlockLSTMGradV2).
@@ -268,6 +271,7 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
                                    seq_len_max, use_peephole, layout, stream)
 
 
+@accepts_any_array
 def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
                             use_peephole, layout, stream):
     """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS`` (for ``raw_ops``)."""
@@ -290,6 +294,7 @@ def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, 
     return BlockLSTMGradOutput(*grads)
 
 
+@accepts_any_array
 def lstm_block_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, forget_bias=0.0, cell_clip=None,
                     use_peephole=False, layout="ifco", stream=None):
     """One LSTM step (TensorFlow's LSTMBlockCell, with a choice of gate layout).
@@ -339,6 +344,7 @@ def lstm_block_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, f
     return LSTMBlockCellOutput(*outs)
 
 
+@accepts_any_array
 def lstm_block_cell_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, wci=None, wcf=None, wco=None, *,
                          use_peephole=False, layout="ifco", stream=None):
     """Gradient of one LSTM step's elementwise part (TensorFlow's LSTMBlockCellGrad).
@@ -384,6 +390,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=No
                                         use_peephole, layout, stream)
 
 
+@accepts_any_array
 def checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, use_peephole,
                                  layout, stream):
     """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS`` (for ``raw_ops``)."""

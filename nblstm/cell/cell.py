@@ -35,6 +35,7 @@ import numpy as np
 from .. import _validate as v
 from .. import convert
 from .._dispatch import target_for
+from ..interchange import accepts_any_array
 from ..layer.arrays import swap01
 from ..options import GATE_FUNCTIONS, CellOptions
 from ..schedule import schedule
@@ -251,6 +252,7 @@ class LSTMCell:
             return LSTMStateTuple(np.zeros((batch, self.num_units), dt), np.zeros((batch, self._depth), dt))
         return np.zeros((batch, self.num_units + self._depth), dt)
 
+    @accepts_any_array
     def get_initial_state(self, inputs=None, batch_size=None, dtype=None):
         """Zero state for ``inputs`` (batch size and dtype from them) or for ``batch_size`` and ``dtype``.
 
@@ -370,6 +372,7 @@ class LSTMCell:
         self._require_built()
         return {k: a.copy() for k, a in self._weights.items()}
 
+    @accepts_any_array
     def set_weights(self, weights):
         """Replace the variables (builds the cell from ``kernel``'s shape when needed).
 
@@ -683,6 +686,7 @@ class LSTMCell:
 
     # -- computation -----------------------------------------------------------------------------------
 
+    @accepts_any_array
     def __call__(self, inputs, state, scope=None):
         """One step: ``output, new_state = cell(inputs, state)``.
 
@@ -777,6 +781,7 @@ class LSTMCell:
         return Stepper(target_for("host"), self._weights, self._options(), batch, initial_state, self._state_arrays,
                        self.state_is_tuple)
 
+    @accepts_any_array
     def run(self, inputs, initial_state=None, sequence_length=None, *, mask=None, reverse=False, time_major=True,
             zero_output_for_mask=False):
         """The cell over a whole sequence in fused kernels (``tf.compat.v1.nn.dynamic_rnn``).
@@ -840,6 +845,7 @@ class LSTMCell:
         return self._sequence(inputs, initial_state, sequence_length, mask, reverse, time_major, zero_output_for_mask,
                               with_grad=False)[:2]
 
+    @accepts_any_array
     def vjp(self, inputs, initial_state=None, sequence_length=None, *, mask=None, reverse=False, time_major=True,
             zero_output_for_mask=False):
         """Forward over a sequence, and a function giving its vector-Jacobian product.
@@ -1038,6 +1044,14 @@ class LSTMCell:
         # Weight gradients are NumPy arrays of the cell's dtype on both targets, like get_weights().
         d_w = {n: d_w[n].astype(dtype, copy=False) for n in self.weight_names}
         return d_x, self._structured(d_state), d_w
+
+    def __getstate__(self):
+        """The state to pickle (or copy): everything but the targets' caches of packed or device weights.
+
+        A cell sent to another process (a Dask worker) or copied packs its
+        weights again on first use there; GPU arrays never travel.
+        """
+        return {**self.__dict__, "_target_cache": {}}
 
     def __repr__(self):
         extras = [f"num_proj={self.num_proj}"] if self.num_proj else []

@@ -15,6 +15,7 @@ import numpy as np
 from .. import _validate as v
 from ..cell import LSTMCell
 from ..cell.weights import checked_weights, weight_shapes
+from ..interchange import accepts_any_array
 from . import arrays
 
 __all__ = ["LSTM"]
@@ -169,6 +170,7 @@ class LSTM:
                     out[self._prefix(k) + name] = a
         return out
 
+    @accepts_any_array
     def set_weights(self, weights):
         """Replace every cell's weights from a dict keyed like :meth:`get_weights` (exactly those names)."""
         if not isinstance(weights, dict):
@@ -180,6 +182,7 @@ class LSTM:
         self.set_cell_weights([{n: weights[self._prefix(k) + n] for n in cell.weight_names if self.bias or n != "bias"}
                                for k, cell in enumerate(self.cells)])
 
+    @accepts_any_array
     def set_cell_weights(self, cells):
         """Replace the weights from one :class:`nblstm.LSTMCell` weight dict per cell, in :attr:`cells` order.
 
@@ -383,6 +386,7 @@ class LSTM:
 
     # -- calls -----------------------------------------------------------------------------------------
 
+    @accepts_any_array
     def __call__(self, input, hx=None, *, sequence_length=None, mask=None, training=False):
         """``output, (h_n, c_n) = lstm(input, hx)``, as ``torch.nn.LSTM``.
 
@@ -415,6 +419,7 @@ class LSTM:
 
     forward = __call__
 
+    @accepts_any_array
     def vjp(self, input, hx=None, *, sequence_length=None, mask=None, training=False):
         """The call of :meth:`__call__` and a function giving its vector-Jacobian product.
 

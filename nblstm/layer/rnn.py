@@ -14,6 +14,7 @@ import re
 
 from .. import _validate as v
 from ..cell import LSTMCell
+from ..interchange import accepts_any_array
 from . import arrays
 
 __all__ = ["MultiRNNCell", "bidirectional_dynamic_rnn", "dynamic_rnn"]
@@ -63,6 +64,7 @@ class MultiRNNCell:
         """A tuple of every cell's zero state."""
         return tuple(cell.zero_state(batch_size, dtype) for cell in self.cells)
 
+    @accepts_any_array
     def __call__(self, inputs, state, scope=None):
         """One step of every cell: ``output, new_state = stack(inputs, state)``."""
         if not isinstance(state, (tuple, list)) or len(state) != len(self.cells):
@@ -152,6 +154,7 @@ def _check_dtype(inputs, dtype):
             raise TypeError(f"dtype={dt} disagrees with the dtype {found} of inputs")
 
 
+@accepts_any_array
 def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=None, parallel_iterations=None,
                 swap_memory=False, time_major=False, scope=None):
     """``tf.compat.v1.nn.dynamic_rnn``: a cell (or a :class:`MultiRNNCell`) over a whole sequence.
@@ -182,6 +185,7 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
     return (outputs if time_major else arrays.swap01(outputs, v.describe_array("outputs", outputs).kind)), state
 
 
+@accepts_any_array
 def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None, initial_state_fw=None,
                               initial_state_bw=None, dtype=None, parallel_iterations=None, swap_memory=False,
                               time_major=False, scope=None):
