@@ -1,0 +1,267 @@
+"""``nblstm.torch.LSTM``: a drop-in for ``torch.nn.LSTM`` on nblstm's kernels, inside PyTorch's autograd.
+
+The module has ``torch.nn.LSTM``'s constructor, parameters and
+``state_dict`` keys (``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``,
+``bias_hh_l0``, ``weight_hr_l0``, ``..._reverse``), so that
+``load_state_dict`` moves weights between the two both ways, and its
+``forward(input, hx=None)`` takes tensors and ``PackedSequence``. A
+``torch.autograd.Function`` runs :class:`nblstm.LSTM`'s forward and, in
+the backward pass, the vector-Jacobian product of its kernels
+(:meth:`nblstm.LSTM.vjp`). CPU tensors are read and written in place
+(DLPack views: no copies); CUDA tensors run nblstm's GPU target.
+
+nblstm's options come on top: peepholes (parameters ``weight_ci_l0``,
+``weight_cf_l0``, ``weight_co_l0``), ``cell_clip``, ``proj_clip`` and
+``forget_bias``. PyTorch is needed only here (the ``torch`` extra); ``import
+nblstm`` does not import it.
+
+``torch.compile``: the Function's kernels are not PyTorch operations, so
+TorchDynamo puts a graph break around it and runs it eagerly; the rest of a
+compiled model is compiled as usual.
+"""
+
+import math
+
+import numpy as np
+
+try:
+    import torch
+    from torch.nn.utils import rnn as torch_rnn
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError('nblstm.torch needs PyTorch (pip install torch, or the torch extra)') from exc
+
+from .layer import lstm as _layer
+
+__all__ = ["LSTM"]
+
+# PyTorch's gate blocks i, f, g, o -> nblstm's (TF1 LSTMCell) i, j (= g), f, o.
+_TO_ICFO = (0, 2, 1, 3)
+
+
+def _icfo(a, units):
+    """Rows (gate blocks of ``units``) of a PyTorch ``[4H, ...]`` array in nblstm's order."""
+    return torch.cat([a[k * units:(k + 1) * units] for k in _TO_ICFO])
+
+
+def _ifgo(a, units):
+    """The inverse of :func:`_icfo` (the permutation is its own inverse)."""
+    return _icfo(a, units)
+
+
+def _host(t):
+    """A tensor as an array the kernels read: a NumPy view of a CPU tensor, the tensor itself on a GPU."""
+    t = t.detach()
+    if t.is_cuda:
+        return t.contiguous()
+    return np.from_dlpack(t.contiguous())
+
+
+def _tensor(a, like):
+    """A kernel result as a tensor on ``like``'s device (no copy)."""
+    if isinstance(a, np.ndarray):
+        return torch.from_numpy(a)
+    return torch.as_tensor(a, device=like.device)
+
+
+class _Function(torch.autograd.Function):
+    """nblstm's forward and its vector-Jacobian product as one autograd node."""
+
+    @staticmethod
+    def forward(ctx, module, x, h0, c0, lengths, *params):
+        layer = module._layer_with(params)
+        hx = None if h0 is None else (_host(h0), _host(c0))
+        (out, (h_n, c_n)), backward = layer.vjp(_host(x), hx, sequence_length=lengths,
+                                                training=module.training)
+        ctx.backward, ctx.module, ctx.like, ctx.has_state = backward, module, x, h0 is not None
+        return _tensor(out, x), _tensor(h_n, x), _tensor(c_n, x)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_h_n, d_c_n):
+        d_x, (d_h0, d_c0), d_w = ctx.backward(_host(d_out), (_host(d_h_n), _host(d_c_n)))
+        grads = ctx.module._parameter_grads(d_w, ctx.like)
+        d_h0, d_c0 = (_tensor(d_h0, ctx.like), _tensor(d_c0, ctx.like)) if ctx.has_state else (None, None)
+        return (None, _tensor(d_x, ctx.like), d_h0, d_c0, None, *grads)
+
+
+@torch.compiler.disable
+def _apply(*args):
+    """:class:`_Function` outside TorchDynamo's tracing: the kernels read memory that fake tensors do not have,
+    so a compiled model breaks its graph here and runs the call eagerly."""
+    return _Function.apply(*args)
+
+
+class LSTM(torch.nn.Module):
+    """``torch.nn.LSTM`` on nblstm's kernels: the same constructor, parameters, ``state_dict`` and ``forward``.
+
+    Parameters
+    ----------
+    input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size, device, dtype
+        As ``torch.nn.LSTM``'s (``dtype`` float32 by default; float64 for
+        ``gradcheck``). Dropout between layers uses nblstm's seeded
+        generator (``seed``), not PyTorch's.
+    use_peepholes : bool, default False
+        Peephole weights ``weight_ci_l{k}``, ``weight_cf_l{k}``, ``weight_co_l{k}`` ``[H]`` (zero at first).
+    cell_clip, proj_clip : float, optional
+    forget_bias : float, default 0.0
+        As :class:`nblstm.LSTM`'s.
+    seed : int, optional
+        Seeds the dropout masks.
+
+    Examples
+    --------
+    >>> import torch, nblstm.torch
+    >>> reference = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True)
+    >>> lstm = nblstm.torch.LSTM(3, 4, num_layers=2, bidirectional=True)
+    >>> lstm.load_state_dict(reference.state_dict())
+    <All keys matched successfully>
+    >>> x = torch.randn(5, 2, 3)
+    >>> torch.allclose(lstm(x)[0], reference(x)[0], atol=1e-6)
+    True
+    """
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, proj_size=0, device=None, dtype=None, *, use_peepholes=False, cell_clip=None,
+                 proj_clip=None, forget_bias=0.0, seed=None):
+        super().__init__()
+        dtype = torch.float32 if dtype is None else dtype
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self._layer = _layer.LSTM(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                             proj_size, use_peepholes=use_peepholes, cell_clip=cell_clip, proj_clip=proj_clip,
+                             forget_bias=forget_bias, dtype=np.float32 if dtype == torch.float32 else np.float64,
+                             seed=seed)
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
+        self.bidirectional, self.proj_size = bidirectional, proj_size
+        self.use_peepholes = use_peepholes
+        directions = 2 if bidirectional else 1
+        depth = proj_size or hidden_size
+        self._names = []
+        for layer in range(num_layers):
+            for d in range(directions):
+                suffix = f"_l{layer}{'_reverse' if d else ''}"
+                inputs = input_size if layer == 0 else directions * depth
+                shapes = {"weight_ih": (4 * hidden_size, inputs), "weight_hh": (4 * hidden_size, depth)}
+                if bias:
+                    shapes.update(bias_ih=(4 * hidden_size,), bias_hh=(4 * hidden_size,))
+                if proj_size:
+                    shapes["weight_hr"] = (proj_size, hidden_size)
+                if use_peepholes:
+                    shapes.update(weight_ci=(hidden_size,), weight_cf=(hidden_size,), weight_co=(hidden_size,))
+                for name, shape in shapes.items():
+                    self.register_parameter(name + suffix, torch.nn.Parameter(
+                        torch.empty(shape, device=device, dtype=dtype)))
+                self._names.append((suffix, tuple(shapes)))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """PyTorch's initialisation: uniform in ``±1 / sqrt(hidden_size)`` (the peepholes zero)."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.startswith("weight_c"):
+                    p.zero_()
+                else:
+                    p.uniform_(-bound, bound)
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
+                              ("bidirectional", False), ("proj_size", 0), ("use_peepholes", False)):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s
+
+    # -- the parameters as the kernels' cell weights and back ------------------------------------------
+
+    def _ordered(self):
+        """The parameters in the Function's argument order."""
+        return [getattr(self, n + suffix) for suffix, names in self._names for n in names]
+
+    def _layer_with(self, params):
+        """The nblstm layer holding ``params`` (the module's parameters, as given to the Function)."""
+        units = self.hidden_size
+        cells, k = [], 0
+        for _suffix, names in self._names:
+            p = dict(zip(names, params[k:k + len(names)], strict=True))
+            k += len(names)
+            w = {"kernel": _host(_icfo(torch.cat([p["weight_ih"], p["weight_hh"]], 1).detach(), units).T)}
+            if self.bias:
+                w["bias"] = _host(_icfo((p["bias_ih"] + p["bias_hh"]).detach(), units))
+            if self.use_peepholes:
+                w.update(w_i_diag=_host(p["weight_ci"]), w_f_diag=_host(p["weight_cf"]),
+                         w_o_diag=_host(p["weight_co"]))
+            if self.proj_size:
+                w["projection/kernel"] = _host(p["weight_hr"].detach().T)
+            cells.append({n: np.asarray(a.cpu() if hasattr(a, "cpu") else a) for n, a in w.items()})
+        self._layer.set_cell_weights(cells)
+        return self._layer
+
+    def _parameter_grads(self, d_weights, like):
+        """Gradients of the parameters, in :meth:`_ordered`'s order, from the layer's ``d_weights``."""
+        units = self.hidden_size
+        grads = []
+        for index, (suffix, names) in enumerate(self._names):
+            prefix = self._layer._prefix(index)
+            kernel = torch.from_numpy(np.ascontiguousarray(d_weights[prefix + "kernel"].T))  # [4H, I + P], ICFO rows
+            kernel = _ifgo(kernel, units)
+            inputs = getattr(self, "weight_ih" + suffix).shape[1]
+            found = {"weight_ih": kernel[:, :inputs], "weight_hh": kernel[:, inputs:]}
+            if self.bias:
+                b = _ifgo(torch.from_numpy(d_weights[prefix + "bias"]), units)
+                found.update(bias_ih=b, bias_hh=b.clone())
+            if self.use_peepholes:
+                found.update(weight_ci=torch.from_numpy(d_weights[prefix + "w_i_diag"]),
+                             weight_cf=torch.from_numpy(d_weights[prefix + "w_f_diag"]),
+                             weight_co=torch.from_numpy(d_weights[prefix + "w_o_diag"]))
+            if self.proj_size:
+                found["weight_hr"] = torch.from_numpy(np.ascontiguousarray(d_weights[prefix + "projection/kernel"].T))
+            grads.extend(found[n].contiguous().to(like.device) for n in names)
+        return grads
+
+    # -- forward ---------------------------------------------------------------------------------------
+
+    def forward(self, input, hx=None):
+        """``output, (h_n, c_n) = lstm(input, hx)``, as ``torch.nn.LSTM.forward``.
+
+        Parameters
+        ----------
+        input : Tensor [T, B, I] (``[B, T, I]`` with ``batch_first``) or PackedSequence
+        hx : tuple of Tensor, optional
+            ``(h_0 [L * D, B, P], c_0 [L * D, B, H])``.
+
+        Returns
+        -------
+        tuple
+            ``(output, (h_n, c_n))``: ``output`` a Tensor ``[T, B, D * P]``
+            (batch-first with ``batch_first``), or a PackedSequence for a
+            PackedSequence input.
+        """
+        packed = isinstance(input, torch_rnn.PackedSequence)
+        lengths = None
+        if packed:
+            padded, lengths_t = torch_rnn.pad_packed_sequence(input, batch_first=self.batch_first)
+            lengths = lengths_t.numpy().astype(np.int64)
+            x = padded
+        else:
+            if not isinstance(input, torch.Tensor):
+                raise TypeError(f"input must be a Tensor or a PackedSequence, got {type(input).__name__}")
+            x = input
+        params = self._ordered()
+        if x.dtype != params[0].dtype:
+            raise TypeError(f"input has dtype {x.dtype}; expected {params[0].dtype} (the module's dtype)")
+        if x.device != params[0].device:
+            raise TypeError(f"input is on {x.device}; the module's parameters are on {params[0].device}")
+        h0 = c0 = None
+        if hx is not None:
+            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                raise TypeError("hx must be a pair (h_0, c_0) of tensors")
+            h0, c0 = hx
+            for name, t in (("hx[0]", h0), ("hx[1]", c0)):
+                if not isinstance(t, torch.Tensor):
+                    raise TypeError(f"{name} must be a Tensor, got {type(t).__name__}")
+        out, h_n, c_n = _apply(self, x, h0, c0, lengths, *params)
+        if packed:
+            out = torch_rnn.pack_padded_sequence(out, lengths_t, batch_first=self.batch_first, enforce_sorted=False)
+        return out, (h_n, c_n)
