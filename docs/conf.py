@@ -30,7 +30,8 @@ extensions = [
 myst_heading_anchors = 3
 
 # The Markdown reports below are parts of the performance page (included there), not pages.
-exclude_patterns = ["_build", "**/_build", "benchmarks.md", "benchmarks-loaded.md", "variants.md", "startup.md"]
+exclude_patterns = ["_build", "**/_build", "benchmarks.md", "benchmarks-loaded.md", "variants.md", "startup.md",
+                    "layers-benchmark.md"]
 templates_path = []
 
 # -- Math: MathJax 3 served with the site, never from a CDN ---------------------------------------
@@ -50,7 +51,7 @@ html_show_sourcelink = False
 
 # -- API reference --------------------------------------------------------------------------------
 # Optional dependencies whose absence must not hide the API pages that mention them.
-autodoc_mock_imports = ["dask", "distributed"]
+autodoc_mock_imports = ["dask", "distributed", "torch"]
 autodoc_default_options = {"member-order": "bysource"}
 autodoc_typehints = "none"
 
