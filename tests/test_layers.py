@@ -1368,3 +1368,9 @@ def test_dynamic_rnn_layout_hint_names_the_right_flag():
     x_time_major = np.ones((5, 3, 4), np.float32)  # [T, B, I] given with the default time_major=False
     with pytest.raises(ValueError, match="pass time_major=True"):
         nblstm.dynamic_rnn(stack, x_time_major, sequence_length=[5, 5, 5])
+
+
+def test_dropout_in_float32_keeps_the_dtype():
+    lstm = nblstm.LSTM(2, 3, num_layers=2, dropout=0.5, seed=0)
+    out, (h_n, _) = lstm(np.ones((4, 2, 2), np.float32), training=True)
+    assert out.dtype == np.float32 and h_n.dtype == np.float32

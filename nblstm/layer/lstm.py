@@ -525,7 +525,7 @@ class LSTM:
             layer_out = arrays.concat_columns(outs, kind)
             keep = None
             if drop and layer < self.num_layers - 1:
-                keep = (self._rng.random(layer_out.shape) >= self.dropout) / (1.0 - self.dropout)
+                keep = ((self._rng.random(layer_out.shape) >= self.dropout) / (1.0 - self.dropout)).astype(self.dtype)
                 layer_out = arrays.multiply(layer_out, keep, kind)
             saved.append(keep)
             layer_in = layer_out
