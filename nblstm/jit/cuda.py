@@ -1,0 +1,254 @@
+"""Device functions of :mod:`nblstm.jit`: LSTM units and steps to call from your own ``@cuda.jit`` kernels.
+
+Importing this module imports ``numba.cuda`` (``nblstm.jit`` itself does
+not). The functions are ``@cuda.jit(device=True)`` functions: they compile
+into the kernel that calls them. Two levels:
+
+- :func:`lstm_unit` and :func:`lstm_unit_grad`: the gate maths of one
+  hidden unit from its four gate pre-activations (a kernel that computes
+  its own matrix products), :func:`nblstm.spec.forward_unit` and
+  :func:`nblstm.spec.backward_unit`, what the fused ops run on both targets.
+- :func:`lstm_step_at`, :func:`lstm_step_train_at` and
+  :func:`lstm_step_grad_at`: one element ``(row, unit)`` of a whole step,
+  the gate pre-activations included, for a kernel with a thread per
+  element of the ``[B, H]`` state (each thread reads its unit's four
+  columns of ``w``: simple, not the fastest; the fused ops' kernels tile
+  the product in shared memory).
+
+The arguments are those of the CPU functions of :mod:`nblstm.jit`:
+``forget_bias``, ``cell_clip`` (``<= 0`` for none), ``use_peephole`` and
+the layout code :data:`~nblstm.jit.IFCO` / :data:`~nblstm.jit.ICFO`. The
+compute type is the dtype of the arrays (float32 or float64). The element
+functions sum each gate's products over ``k = 0 .. I + H - 1`` in order with
+fused multiply-adds, as the CPU functions do.
+"""
+
+from numba import cuda, njit
+
+from ..spec import _fma, backward_unit, cast_like, forward_unit
+from .cpu import ICFO, IFCO, layout_code
+
+__all__ = [
+    "ICFO",
+    "IFCO",
+    "layout_code",
+    "lstm_step_at",
+    "lstm_step_grad_at",
+    "lstm_step_train_at",
+    "lstm_unit",
+    "lstm_unit_grad",
+]
+
+
+# Helpers that are plain @njit functions: on the GPU numba compiles them as device functions; in numba's CUDA
+# simulator, which runs kernels as Python, they run compiled for the CPU (an intrinsic such as the fused
+# multiply-add cannot be called from Python).
+
+
+@njit(inline="always")
+def _fused(a, b, c):
+    """``a * b + c`` rounded once."""
+    return _fma(a, b, c)
+
+
+@njit(inline="always")
+def _blocks(layout):
+    """``(bi, bc, bf, bo)``: the block (0..3) of the gates ``i, ci, f, o`` in the 4H columns."""
+    if layout == IFCO:
+        return 0, 2, 1, 3
+    return 0, 1, 2, 3
+
+
+@njit(inline="always")
+def _unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, use_peephole, one):
+    zero = one - one
+    if not use_peephole:  # not read: TensorFlow's semantics (a non-finite weight has no effect)
+        wci = wcf = wco = zero
+    clip = cast_like(cell_clip, one)
+    return forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, cast_like(forget_bias, one), clip, clip > zero,
+                        use_peephole, one)
+
+
+@njit(inline="always")
+def _unit_grad(dh, dcs, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole, one):
+    if not use_peephole:
+        zero = one - one
+        wci = wcf = wco = zero
+    return backward_unit(dh, dcs, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole, one)
+
+
+@cuda.jit(device=True)
+def lstm_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, use_peephole):
+    """The forward gate maths of one hidden unit for one step (a device function).
+
+    Parameters
+    ----------
+    a_i, a_c, a_f, a_o : scalar
+        The unit's pre-activations of the input gate, the cell input, the
+        forget gate and the output gate: its entries of ``[x, h_prev] @ w + b``.
+    c_prev : scalar
+        The unit's previous cell state; its type is the compute type.
+    wci, wcf, wco : scalar
+        The unit's peephole weights (not read without ``use_peephole``).
+    forget_bias, cell_clip : float
+        As in :func:`nblstm.jit.lstm_step` (``cell_clip <= 0``: no clipping).
+    use_peephole : bool
+
+    Returns
+    -------
+    tuple
+        ``(i, ci, f, o, cs, co, h)``, the unit's outputs of :func:`nblstm.lstm_block_cell`.
+    """
+    one = cast_like(1.0, c_prev)
+    return _unit(cast_like(a_i, one), cast_like(a_c, one), cast_like(a_f, one), cast_like(a_o, one), c_prev,
+                 cast_like(wci, one), cast_like(wcf, one), cast_like(wco, one), forget_bias, cell_clip, use_peephole,
+                 one)
+
+
+@cuda.jit(device=True)
+def lstm_unit_grad(dh, dcs, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole):
+    """The gradient of one hidden unit's gate maths for one step (a device function).
+
+    Parameters
+    ----------
+    dh, dcs : scalar
+        Total gradients of the unit's ``h`` and ``cs`` (from the loss and the next step).
+    i, ci, f, o, co : scalar
+        The unit's saved outputs of the step.
+    c_prev : scalar
+        Its previous cell state; its type is the compute type.
+    wci, wcf, wco : scalar
+        Peephole weights (not read without ``use_peephole``).
+    use_peephole : bool
+
+    Returns
+    -------
+    tuple
+        ``(di, dci, df, do, dc_prev)``: the gradients of the four gate
+        pre-activations and of ``c_prev``. The peephole gradients are
+        ``di * c_prev``, ``df * c_prev`` and ``do * cs``, summed over the batch.
+    """
+    one = cast_like(1.0, c_prev)
+    return _unit_grad(cast_like(dh, one), cast_like(dcs, one), cast_like(i, one), cast_like(ci, one),
+                      cast_like(f, one), cast_like(o, one), cast_like(co, one), c_prev, cast_like(wci, one),
+                      cast_like(wcf, one), cast_like(wco, one), use_peephole, one)
+
+
+@cuda.jit(device=True)
+def _gate_sums(row, unit, x, h_prev, w, b, layout):
+    """Unit ``unit`` of row ``row``: its four columns of ``[x, h_prev] @ w`` plus ``b``, ``(a_i, a_c, a_f, a_o)``."""
+    inputs = x.shape[1]
+    units = h_prev.shape[1]
+    bi, bc, bf, bo = _blocks(layout)
+    ci, cc, cf, co = bi * units + unit, bc * units + unit, bf * units + unit, bo * units + unit
+    zero = cast_like(0.0, w[0, 0])
+    s_i = zero
+    s_c = zero
+    s_f = zero
+    s_o = zero
+    for k in range(inputs + units):
+        z = x[row, k] if k < inputs else h_prev[row, k - inputs]
+        s_i = cast_like(_fused(z, w[k, ci], s_i), zero)
+        s_c = cast_like(_fused(z, w[k, cc], s_c), zero)
+        s_f = cast_like(_fused(z, w[k, cf], s_f), zero)
+        s_o = cast_like(_fused(z, w[k, co], s_o), zero)
+    return s_i + b[ci], s_c + b[cc], s_f + b[cf], s_o + b[co]
+
+
+@cuda.jit(device=True)
+def lstm_step_train_at(row, unit, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole,
+                       layout, out_i, out_cs, out_f, out_o, out_ci, out_co, out_h):
+    """Element ``(row, unit)`` of one step, all seven outputs (a device function).
+
+    Parameters
+    ----------
+    row, unit : int
+        The batch row and the hidden unit this thread computes.
+    x : [B, I] array
+    cs_prev, h_prev : [B, H] arrays
+    w : [I + H, 4H] array
+    b : [4H] array
+    wci, wcf, wco : [H] arrays
+    forget_bias, cell_clip, use_peephole, layout
+        As :func:`nblstm.jit.lstm_step`.
+    out_i, out_cs, out_f, out_o, out_ci, out_co, out_h : [B, H] arrays
+        Element ``(row, unit)`` is written. They must not be ``cs_prev`` or
+        ``h_prev``: other threads read the whole row of ``h_prev``.
+
+    Notes
+    -----
+    Nothing is checked: the caller keeps ``row < B`` and ``unit < H``.
+    """
+    a_i, a_c, a_f, a_o = _gate_sums(row, unit, x, h_prev, w, b, layout)
+    c_prev = cs_prev[row, unit]
+    i, ci, f, o, cs, co, h = _unit(a_i, a_c, a_f, a_o, c_prev, wci[unit], wcf[unit], wco[unit], forget_bias,
+                                   cell_clip, use_peephole, cast_like(1.0, c_prev))
+    out_i[row, unit] = i
+    out_cs[row, unit] = cs
+    out_f[row, unit] = f
+    out_o[row, unit] = o
+    out_ci[row, unit] = ci
+    out_co[row, unit] = co
+    out_h[row, unit] = h
+
+
+@cuda.jit(device=True)
+def lstm_step_at(row, unit, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout,
+                 out_cs, out_h):
+    """Element ``(row, unit)`` of one step: the new cell state and output (a device function).
+
+    Parameters
+    ----------
+    row, unit, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout
+        As :func:`lstm_step_train_at`.
+    out_cs, out_h : [B, H] arrays
+        Element ``(row, unit)`` is written (not ``cs_prev`` or ``h_prev``).
+    """
+    a_i, a_c, a_f, a_o = _gate_sums(row, unit, x, h_prev, w, b, layout)
+    c_prev = cs_prev[row, unit]
+    _, _, _, _, cs, _, h = _unit(a_i, a_c, a_f, a_o, c_prev, wci[unit], wcf[unit], wco[unit], forget_bias, cell_clip,
+                                 use_peephole, cast_like(1.0, c_prev))
+    out_cs[row, unit] = cs
+    out_h[row, unit] = h
+
+
+@cuda.jit(device=True)
+def lstm_step_grad_at(row, unit, cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
+                      out_cs_prev_grad, out_dicfo):
+    """Element ``(row, unit)`` of one step's gradient (LSTMBlockCellGrad; a device function).
+
+    Parameters
+    ----------
+    row, unit : int
+    cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad : [B, H] arrays
+    wci, wcf, wco : [H] arrays
+    use_peephole, layout
+        As :func:`nblstm.jit.lstm_step_grad`.
+    out_cs_prev_grad : [B, H] array
+        Element ``(row, unit)`` is written (it may be ``cs_grad``).
+    out_dicfo : [B, 4H] array
+        The unit's four gate gradients of row ``row`` are written.
+
+    Returns
+    -------
+    tuple
+        ``(wci_grad, wcf_grad, wco_grad)``: this element's terms of the
+        peephole gradients (zeros without peepholes), for the caller to sum
+        over the batch (``cuda.atomic.add``, or a reduction).
+    """
+    units = cs_prev.shape[1]
+    c_prev = cs_prev[row, unit]
+    one = cast_like(1.0, c_prev)
+    di, dci, df, do, dc_prev = _unit_grad(h_grad[row, unit], cs_grad[row, unit], i[row, unit], ci[row, unit],
+                                          f[row, unit], o[row, unit], co[row, unit], c_prev, wci[unit], wcf[unit],
+                                          wco[unit], use_peephole, one)
+    bi, bc, bf, bo = _blocks(layout)
+    out_dicfo[row, bi * units + unit] = di
+    out_dicfo[row, bc * units + unit] = dci
+    out_dicfo[row, bf * units + unit] = df
+    out_dicfo[row, bo * units + unit] = do
+    out_cs_prev_grad[row, unit] = dc_prev
+    if use_peephole:
+        return cast_like(di * c_prev, one), cast_like(df * c_prev, one), cast_like(do * cs[row, unit], one)
+    zero = one - one
+    return zero, zero, zero
