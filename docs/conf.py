@@ -31,7 +31,7 @@ myst_heading_anchors = 3
 
 # The Markdown reports below are parts of the performance page (included there), not pages.
 exclude_patterns = ["_build", "**/_build", "benchmarks.md", "benchmarks-loaded.md", "variants.md", "startup.md",
-                    "layers-benchmark.md"]
+                    "layers-benchmark.md", "torch-benchmark.md"]
 templates_path = []
 
 # -- Math: MathJax 3 served with the site, never from a CDN ---------------------------------------

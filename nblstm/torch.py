@@ -39,13 +39,11 @@ _TO_ICFO = (0, 2, 1, 3)
 
 
 def _icfo(a, units):
-    """Rows (gate blocks of ``units``) of a PyTorch ``[4H, ...]`` array in nblstm's order."""
-    return torch.cat([a[k * units:(k + 1) * units] for k in _TO_ICFO])
+    """Rows (gate blocks of ``units``) of a PyTorch ``[4H, ...]`` array in nblstm's order (NumPy: no OpenMP threads)."""
+    return np.concatenate([a[k * units:(k + 1) * units] for k in _TO_ICFO])
 
 
-def _ifgo(a, units):
-    """The inverse of :func:`_icfo` (the permutation is its own inverse)."""
-    return _icfo(a, units)
+_ifgo = _icfo  # the permutation is its own inverse
 
 
 def _host(t):
@@ -53,7 +51,13 @@ def _host(t):
     t = t.detach()
     if t.is_cuda:
         return t.contiguous()
-    return np.from_dlpack(t.contiguous())
+    return np.from_dlpack(t if t.is_contiguous() else t.contiguous())
+
+
+def _numpy(t):
+    """A parameter's values as a NumPy array on the host (a view of a CPU tensor)."""
+    t = t.detach()
+    return np.from_dlpack(t) if not t.is_cuda else t.cpu().numpy()
 
 
 def _tensor(a, like):
@@ -180,21 +184,25 @@ class LSTM(torch.nn.Module):
         return [getattr(self, n + suffix) for suffix, names in self._names for n in names]
 
     def _layer_with(self, params):
-        """The nblstm layer holding ``params`` (the module's parameters, as given to the Function)."""
+        """The nblstm layer holding ``params`` (the module's parameters, as given to the Function).
+
+        The weights are rearranged with NumPy on views of the tensors: a
+        PyTorch operation here would wake PyTorch's OpenMP threads, whose
+        spinning after it takes cores from the kernels that follow.
+        """
         units = self.hidden_size
         cells, k = [], 0
         for _suffix, names in self._names:
-            p = dict(zip(names, params[k:k + len(names)], strict=True))
+            p = {n: _numpy(t) for n, t in zip(names, params[k:k + len(names)], strict=True)}
             k += len(names)
-            w = {"kernel": _host(_icfo(torch.cat([p["weight_ih"], p["weight_hh"]], 1).detach(), units).T)}
+            w = {"kernel": _icfo(np.concatenate([p["weight_ih"], p["weight_hh"]], 1), units).T}
             if self.bias:
-                w["bias"] = _host(_icfo((p["bias_ih"] + p["bias_hh"]).detach(), units))
+                w["bias"] = _icfo(p["bias_ih"] + p["bias_hh"], units)
             if self.use_peepholes:
-                w.update(w_i_diag=_host(p["weight_ci"]), w_f_diag=_host(p["weight_cf"]),
-                         w_o_diag=_host(p["weight_co"]))
+                w.update(w_i_diag=p["weight_ci"], w_f_diag=p["weight_cf"], w_o_diag=p["weight_co"])
             if self.proj_size:
-                w["projection/kernel"] = _host(p["weight_hr"].detach().T)
-            cells.append({n: np.asarray(a.cpu() if hasattr(a, "cpu") else a) for n, a in w.items()})
+                w["projection/kernel"] = p["weight_hr"].T
+            cells.append(w)
         self._layer.set_cell_weights(cells)
         return self._layer
 
@@ -204,20 +212,18 @@ class LSTM(torch.nn.Module):
         grads = []
         for index, (suffix, names) in enumerate(self._names):
             prefix = self._layer._prefix(index)
-            kernel = torch.from_numpy(np.ascontiguousarray(d_weights[prefix + "kernel"].T))  # [4H, I + P], ICFO rows
-            kernel = _ifgo(kernel, units)
+            kernel = _ifgo(d_weights[prefix + "kernel"].T, units)  # [4H, I + P], PyTorch's rows
             inputs = getattr(self, "weight_ih" + suffix).shape[1]
             found = {"weight_ih": kernel[:, :inputs], "weight_hh": kernel[:, inputs:]}
             if self.bias:
-                b = _ifgo(torch.from_numpy(d_weights[prefix + "bias"]), units)
-                found.update(bias_ih=b, bias_hh=b.clone())
+                b = _ifgo(d_weights[prefix + "bias"], units)
+                found.update(bias_ih=b, bias_hh=b.copy())
             if self.use_peepholes:
-                found.update(weight_ci=torch.from_numpy(d_weights[prefix + "w_i_diag"]),
-                             weight_cf=torch.from_numpy(d_weights[prefix + "w_f_diag"]),
-                             weight_co=torch.from_numpy(d_weights[prefix + "w_o_diag"]))
+                found.update(weight_ci=d_weights[prefix + "w_i_diag"], weight_cf=d_weights[prefix + "w_f_diag"],
+                             weight_co=d_weights[prefix + "w_o_diag"])
             if self.proj_size:
-                found["weight_hr"] = torch.from_numpy(np.ascontiguousarray(d_weights[prefix + "projection/kernel"].T))
-            grads.extend(found[n].contiguous().to(like.device) for n in names)
+                found["weight_hr"] = d_weights[prefix + "projection/kernel"].T
+            grads.extend(torch.from_numpy(np.ascontiguousarray(found[n])).to(like.device) for n in names)
         return grads
 
     # -- forward ---------------------------------------------------------------------------------------
