@@ -152,3 +152,11 @@ def test_the_modules_examples():
     import doctest
 
     assert doctest.testmod(nt, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
+
+
+def test_non_contiguous_inputs_give_the_contiguous_results():
+    reference, lstm = pair(torch.float64, num_layers=2, bidirectional=True)
+    x = torch.randn(3, 5, 6, dtype=torch.float64)[:, :, ::2].transpose(0, 1)  # [T, B, I] strided
+    assert not x.is_contiguous()
+    torch.testing.assert_close(lstm(x)[0], lstm(x.contiguous())[0], rtol=0, atol=0)
+    torch.testing.assert_close(lstm(x)[0], reference(x)[0], rtol=1e-10, atol=1e-12)
