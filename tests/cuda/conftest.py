@@ -3,7 +3,8 @@
 Two kinds of test live here:
 
 - ``test_ptx.py`` (and ``test_jit_cuda.py``'s PTX test of a user's kernel)
-  compiles every kernel to PTX (``numba.cuda.compile_ptx``) for several compute capabilities. It needs numba-cuda with NVVM but no GPU
+  compiles every kernel to PTX (``numba.cuda.compile_ptx``) for several
+  compute capabilities. It needs numba-cuda with NVVM but no GPU
   and no driver; it is skipped under the simulator, which cannot compile.
 - Every other module runs kernels, so it is skipped unless
   ``NUMBA_ENABLE_CUDASIM=1`` (Numba's CUDA simulator; set it before Python
