@@ -240,6 +240,8 @@ class LSTM:
                 w["bias"] = bias
         elif forget_bias:
             raise ValueError("forget_bias needs a bias to take it out of (the source has bias=False)")
+        if not config.get("bias", True):  # the readers give zero biases; a layer without bias has none
+            cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
         config = {**config, **overrides}
         lstm = cls(**config)
         lstm.set_cell_weights(cells)
@@ -278,8 +280,6 @@ class LSTM:
         config, cells = torch.read(module_or_state_dict, batch_first=batch_first)
         if config.get("batch_first") is None:
             config["batch_first"] = False
-        if not config["bias"]:  # the readers give zero biases; a layer without bias has none
-            cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
         return cls._from(config, cells, options)
 
     def to_torch(self):
@@ -320,8 +320,6 @@ class LSTM:
 
         config, cells = keras.read(layer_or_model)
         config.setdefault("zero_output_for_mask", bool(config["bidirectional"]))
-        if not config["bias"]:
-            cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
         return cls._from(config, cells, options)
 
     @classmethod
@@ -342,8 +340,6 @@ class LSTM:
         layers = []
         for config, cells in keras.read_layers(model):
             config.setdefault("zero_output_for_mask", bool(config["bidirectional"]))
-            if not config["bias"]:
-                cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
             layers.append(cls._from(config, cells, options))
         return layers
 
@@ -372,8 +368,6 @@ class LSTM:
         from ..porting import onnx
 
         config, cells = onnx.read(model_or_node, name=name, weights=weights)
-        if not config["bias"]:
-            cells = [{n: a for n, a in w.items() if n != "bias"} for w in cells]
         return cls._from(config, cells, options)
 
     def _config(self):
