@@ -137,3 +137,14 @@ def check_stream(kind, stream):
     """``stream`` applies to GPU arrays only."""
     if stream is not None and kind == "host":
         raise ValueError("stream applies to GPU arrays only; the arrays given are NumPy arrays")
+
+
+def check_precision(kind, precision):
+    """A reduced ``precision`` applies to GPU arrays only: the CPU target computes exactly.
+
+    The CUDA target checks the rest when it runs (cuBLAS present, float32
+    computation: :func:`nblstm.cuda.launch.check_precision`).
+    """
+    if precision != "exact" and kind == "host":
+        raise ValueError(f"precision={precision!r} applies to GPU arrays only (cuBLAS's tensor cores); the CPU "
+                         "computes exactly: pass precision='exact' with NumPy arrays")

@@ -15,9 +15,9 @@ The functions here use the TensorFlow op names for arrays (``cs``, ``h``,
 from collections import namedtuple
 
 from . import _validate as v
-from ._dispatch import check_stream, target_for
+from ._dispatch import check_precision, check_stream, target_for
 from .interchange import accepts_any_array
-from .options import OpOptions, op_cell_clip
+from .options import PRECISIONS, OpOptions, op_cell_clip
 
 __all__ = [
     "BlockLSTMOutput",
@@ -66,13 +66,14 @@ _NO_BIAS = object()
 _PEEPHOLES = ("wci", "wcf", "wco")
 
 
-def _options(forget_bias, cell_clip, use_peephole, layout):
+def _options(forget_bias, cell_clip, use_peephole, layout, precision="exact"):
     """Validate the options; returns them as one record (``cell_clip <= 0`` becomes ``None``: no clipping)."""
     return OpOptions(
         v.check_real("forget_bias", forget_bias),
         op_cell_clip(None if cell_clip is None else v.check_real("cell_clip", cell_clip)),
         v.check_bool("use_peephole", use_peephole),
         v.check_layout(layout),
+        v.check_choice("precision", precision, PRECISIONS),
     )
 
 
@@ -139,7 +140,7 @@ def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
 
 @accepts_any_array
 def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_len_max=None, forget_bias=0.0,
-               cell_clip=None, use_peephole=False, layout="ifco", stream=None):
+               cell_clip=None, use_peephole=False, layout="ifco", precision="exact", stream=None):
     """LSTM forward over a whole sequence (TensorFlow's BlockLSTM / BlockLSTMV2).
 
     Parameters
@@ -168,6 +169,11 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_le
     layout : {"ifco", "icfo"}, default "ifco"
         Gate order of the 4H columns: ``"ifco"`` as BlockLSTMV2, Keras,
         PyTorch and cuDNN; ``"icfo"`` as BlockLSTM (V1) and TF1 ``LSTMCell``.
+    precision : {"exact", "tf32", "fp16"}, default "exact"
+        Arithmetic of the large matrix products on the GPU: ``"exact"`` in
+        the compute dtype; ``"tf32"`` on TF32 tensor cores, ``"fp16"`` with
+        operands rounded to float16 (both with float32 sums, for float32 and
+        float16 arrays on a GPU with cuBLAS; refused otherwise). See :doc:`/gpu`.
     stream : CUDA stream, optional
         For GPU arrays: the stream to run on.
 
@@ -187,7 +193,8 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_le
         device arrays mixed, a non-integer ``seq_len_max``.
     ValueError
         A wrong rank or shape, ``H = 0``, ``seq_len_max`` outside ``[0, T]``,
-        missing peephole weights, an unknown layout.
+        missing peephole weights, an unknown layout, a ``precision`` this
+        target cannot honour.
 
     Examples
     --------
@@ -205,9 +212,10 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_le
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     infos, (steps, _, _, _) = _check_core(x, cs_prev, h_prev, w, b, peepholes)
     seq_len_max = v.check_seq_len_max(seq_len_max, steps)
-    options = _options(forget_bias, cell_clip, use_peephole, layout)
+    options = _options(forget_bias, cell_clip, use_peephole, layout, precision)
     kind = infos["x"].kind
     check_stream(kind, stream)
+    check_precision(kind, options.precision)
     outs = target_for(kind).block_lstm(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, b=b, wci=wci, wcf=wcf, wco=wco,
                                        seq_len_max=seq_len_max, options=options, stream=stream)
     return BlockLSTMOutput(*outs)
@@ -215,7 +223,7 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, seq_le
 
 @accepts_any_array
 def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, wci=None, wcf=None, wco=None, *,
-                    seq_len_max=None, use_peephole=False, layout="ifco", stream=None):
+                    seq_len_max=None, use_peephole=False, layout="ifco", precision="exact", stream=None):
     """LSTM backward over a whole sequence (TensorFlow's BlockLSTMGrad / BlockLSTMGradV2).
 
     Parameters
@@ -235,6 +243,8 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
         Same as in the forward call (default ``T``).
     use_peephole : bool, default False
     layout : {"ifco", "icfo"}, default "ifco"
+    precision : {"exact", "tf32", "fp16"}, default "exact"
+        As :func:`block_lstm`.
     stream : CUDA stream, optional
 
     Returns
@@ -268,12 +278,12 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
     (7, 16)
     """
     return checked_block_lstm_grad(x, cs_prev, h_prev, w, _NO_BIAS, outputs, cs_grad, h_grad, wci, wcf, wco,
-                                   seq_len_max, use_peephole, layout, stream)
+                                   seq_len_max, use_peephole, layout, stream, precision)
 
 
 @accepts_any_array
 def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, wci, wcf, wco, seq_len_max,
-                            use_peephole, layout, stream):
+                            use_peephole, layout, stream, precision="exact"):
     """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS`` (for ``raw_ops``)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     outputs = _outputs_sequence(outputs, 7)
@@ -285,9 +295,10 @@ def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, 
     for name in extra:
         v.check_shape(infos[name], (steps, batch, units), "[T, B, H] from x and cs_prev")
     seq_len_max = v.check_seq_len_max(seq_len_max, steps)
-    options = _options(0.0, None, use_peephole, layout)
+    options = _options(0.0, None, use_peephole, layout, precision)
     kind = infos["x"].kind
     check_stream(kind, stream)
+    check_precision(kind, options.precision)
     grads = target_for(kind).block_lstm_grad(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco,
                                              outputs=outputs, cs_grad=cs_grad, h_grad=h_grad,
                                              seq_len_max=seq_len_max, options=options, stream=stream)
@@ -296,7 +307,7 @@ def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, 
 
 @accepts_any_array
 def lstm_block_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, forget_bias=0.0, cell_clip=None,
-                    use_peephole=False, layout="ifco", stream=None):
+                    use_peephole=False, layout="ifco", precision="exact", stream=None):
     """One LSTM step (TensorFlow's LSTMBlockCell, with a choice of gate layout).
 
     Parameters
@@ -312,6 +323,8 @@ def lstm_block_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, f
         Positive to clip the cell state; ``None`` or ``<= 0`` for no clipping.
     use_peephole : bool, default False
     layout : {"ifco", "icfo"}, default "ifco"
+    precision : {"exact", "tf32", "fp16"}, default "exact"
+        As :func:`block_lstm`.
     stream : CUDA stream, optional
 
     Returns
@@ -336,9 +349,10 @@ def lstm_block_cell(x, cs_prev, h_prev, w, b, wci=None, wcf=None, wco=None, *, f
     """
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
     infos, _ = _check_core(x, cs_prev, h_prev, w, b, peepholes, x_rank=2)
-    options = _options(forget_bias, cell_clip, use_peephole, layout)
+    options = _options(forget_bias, cell_clip, use_peephole, layout, precision)
     kind = infos["x"].kind
     check_stream(kind, stream)
+    check_precision(kind, options.precision)
     outs = target_for(kind).lstm_block_cell(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, b=b, wci=wci, wcf=wcf,
                                             wco=wco, options=options, stream=stream)
     return LSTMBlockCellOutput(*outs)

@@ -15,10 +15,14 @@ turns clipping off" (TensorFlow's), is converted to it at the boundary by
 
 from typing import NamedTuple
 
-__all__ = ["GATE_FUNCTIONS", "CellOptions", "OpOptions", "clip_scalars", "op_cell_clip"]
+__all__ = ["GATE_FUNCTIONS", "PRECISIONS", "CellOptions", "OpOptions", "clip_scalars", "op_cell_clip"]
 
 #: The gate functions of the cell (Keras's ``recurrent_activation``), by their codes.
 GATE_FUNCTIONS = ("sigmoid", "hard_sigmoid")
+
+#: The values of ``precision``: the arithmetic of the large matrix products on the GPU
+#: (:mod:`nblstm.cuda.blas`). ``"exact"`` everywhere; the others on GPUs with cuBLAS, for float32 computation.
+PRECISIONS = ("exact", "tf32", "fp16")
 
 
 class OpOptions(NamedTuple):
@@ -33,12 +37,15 @@ class OpOptions(NamedTuple):
     use_peephole : bool
     layout : {"ifco", "icfo"}
         Gate order of the ``4H`` columns of ``w`` and ``b``.
+    precision : str
+        One of :data:`PRECISIONS`.
     """
 
     forget_bias: float = 0.0
     cell_clip: float | None = None
     use_peephole: bool = False
     layout: str = "ifco"
+    precision: str = "exact"
 
 
 class CellOptions(NamedTuple):
@@ -55,6 +62,8 @@ class CellOptions(NamedTuple):
         Activation code (:data:`nblstm.spec.ACTIVATIONS`).
     gate : int
         Gate function code: the index in :data:`GATE_FUNCTIONS`.
+    precision : str
+        One of :data:`PRECISIONS`.
     """
 
     forget_bias: float = 1.0
@@ -62,6 +71,7 @@ class CellOptions(NamedTuple):
     proj_clip: float | None = None
     activation: int = 0
     gate: int = 0
+    precision: str = "exact"
 
     def kernel_code(self):
         """The one integer the kernels take: the activation code plus 16 times the gate code

@@ -34,10 +34,10 @@ import numpy as np
 
 from .. import _validate as v
 from .. import convert
-from .._dispatch import target_for
+from .._dispatch import check_precision, target_for
 from ..interchange import accepts_any_array
 from ..layer.arrays import swap01
-from ..options import GATE_FUNCTIONS, CellOptions
+from ..options import GATE_FUNCTIONS, PRECISIONS, CellOptions
 from ..schedule import schedule
 from .activations import activation_of
 from .initializers import initializer_of
@@ -104,6 +104,10 @@ class LSTMCell:
     recurrent_activation : {"sigmoid", "hard_sigmoid"}, default "sigmoid"
         The gate function (Keras's name; an nblstm extension: TensorFlow 1
         has sigmoid only). ``"hard_sigmoid"`` is Keras 3's, ``relu6(x + 3) / 6``.
+    precision : {"exact", "tf32", "fp16"}, default "exact"
+        Arithmetic of the large matrix products on the GPU (an nblstm
+        extension; :func:`nblstm.block_lstm` describes the values). Calls on
+        NumPy arrays need ``"exact"``.
     **kwargs
         ``trainable`` only; anything else is a ``TypeError``.
 
@@ -127,7 +131,7 @@ class LSTMCell:
     def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None, num_proj=None,
                  proj_clip=None, num_unit_shards=None, num_proj_shards=None, forget_bias=1.0, state_is_tuple=True,
                  activation=None, reuse=None, name=None, dtype=None, seed=None, recurrent_activation="sigmoid",
-                 **kwargs):
+                 precision="exact", **kwargs):
         unknown = sorted(set(kwargs) - set(_ALLOWED_KWARGS))
         if unknown:
             raise TypeError(f"LSTMCell got unexpected keyword arguments: {', '.join(unknown)}")
@@ -147,6 +151,7 @@ class LSTMCell:
         self.state_is_tuple = v.check_bool("state_is_tuple", state_is_tuple)
         self.activation = activation_of(activation)
         self.recurrent_activation = v.check_choice("recurrent_activation", recurrent_activation, GATE_FUNCTIONS)
+        self.precision = v.check_choice("precision", precision, PRECISIONS)
         if reuse is not None:
             v.check_bool("reuse", reuse)
         self.reuse = reuse
@@ -452,6 +457,7 @@ class LSTMCell:
             "activation": self.activation.name, "name": self.name,
             "dtype": None if self._dtype is None else self._dtype.name, "seed": self.seed,
             "trainable": self.trainable, "recurrent_activation": self.recurrent_activation,
+            "precision": self.precision,
         }
 
     def save(self, path):
@@ -778,6 +784,7 @@ class LSTMCell:
         batch = v.check_batch_size(batch_size)
         if batch < 1:
             raise ValueError(f"batch_size must be >= 1 for a stepper, got {batch}")
+        check_precision("host", self.precision)
         return Stepper(target_for("host"), self._weights, self._options(), batch, initial_state, self._state_arrays,
                        self.state_is_tuple)
 
@@ -980,7 +987,7 @@ class LSTMCell:
         """The cell's options as the record the targets take."""
         proj_clip = self.proj_clip if self.num_proj is not None else None
         return CellOptions(self.forget_bias, self.cell_clip, proj_clip, self.activation.code,
-                           GATE_FUNCTIONS.index(self.recurrent_activation))
+                           GATE_FUNCTIONS.index(self.recurrent_activation), self.precision)
 
     def _structured(self, state):
         """A target's state ``(c, h)`` as an :class:`LSTMStateTuple` (a joined state stays one array)."""
@@ -1003,6 +1010,7 @@ class LSTMCell:
             if self._dtype is None:
                 self._dtype = dtype
             self.build(info.shape[-1])
+        check_precision(info.kind, self.precision)
         target = target_for(info.kind)
         outputs, final, saved = target.cell_forward(
             inputs=inputs, c0=c0, h0=h0, weights=self._weights, cache=self._target_cache, lengths=lengths,

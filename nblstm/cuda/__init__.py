@@ -12,6 +12,7 @@ Modules: :mod:`~nblstm.cuda.config` (tile sizes, switches),
 :mod:`~nblstm.cuda.registry` (every kernel, and its signatures for the PTX
 checks), the kernels by family (:mod:`~nblstm.cuda.elementwise`,
 :mod:`~nblstm.cuda.gemm`, :mod:`~nblstm.cuda.tiles`,
+:mod:`~nblstm.cuda.blas` (cuBLAS for the large products on a GPU),
 :mod:`~nblstm.cuda.fused_kernels`, :mod:`~nblstm.cuda.cell_kernels`),
 :mod:`~nblstm.cuda.interop` (arrays, devices, streams),
 :mod:`~nblstm.cuda.launch` (scratch memory and launches), the drivers

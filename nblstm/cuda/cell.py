@@ -203,7 +203,7 @@ def sequence_forward(inputs, c0, h0, weights, cache, lengths, options, join_stat
         the dtype of ``inputs``; ``saved`` a dict for
         :func:`sequence_backward` (``None`` without ``with_grad``).
     """
-    with call({"x": inputs, "c0": c0, "h0": h0}, None, wrap=_numba_array) as run:
+    with call({"x": inputs, "c0": c0, "h0": h0}, None, wrap=_numba_array, precision=options.precision) as run:
         w = _device_weights(run, weights, cache)
         x, c0, h0 = run.prepare(inputs, c0, h0, keep=with_grad)
         if len(x.shape) == 2:
@@ -308,7 +308,7 @@ def sequence_backward(saved, d_outputs, d_c, d_h, join_state):
         the compute dtype keyed like the weights.
     """
     named = {"x": saved["inputs"], "d_outputs": d_outputs, "d_c": d_c, "d_h": d_h}
-    with call(named, None, wrap=_numba_array) as run:
+    with call(named, None, wrap=_numba_array, precision=saved["options"].precision) as run:
         x, w, s = saved["x"], saved["weights"], saved["steps"]
         steps, batch, inputs = x.shape
         units, depth = w.units, w.depth

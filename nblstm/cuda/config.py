@@ -14,6 +14,7 @@ except ImportError:  # pragma: no cover - older numba-cuda
 
 __all__ = [
     "ALIGN",
+    "BLAS",
     "GATE_COLS",
     "GEMM_BK",
     "GEMM_BM",
@@ -66,6 +67,11 @@ LINEAR_MAX_BLOCKS = 1024
 #: Scratch and result regions start at multiples of this many elements
 #: (256 bytes in float32): aligned, coalesced accesses in every region.
 ALIGN = 64
+
+#: When :meth:`nblstm.cuda.launch.Launcher.gemm` calls cuBLAS (:mod:`nblstm.cuda.blas`): ``"auto"`` (on a GPU,
+#: when a binding is importable), ``True`` (whenever a binding is there, the simulator included: tests put one of
+#: their own in place) or ``False`` (never: the tiled kernel). Read at every call.
+BLAS = "auto"
 
 #: When to use the persistent (cooperative, one launch for all steps)
 #: kernels: ``"auto"`` (batch at most :data:`PERSISTENT_MAX_BATCH` and the

@@ -10,7 +10,7 @@ from numba import cuda
 
 from .registry import A1, A2, A3, ANY1, ANY2, ANY3, I64, INDEX, LENGTHS, SCALAR, kernel
 
-__all__ = ["column_sums", "copy1", "copy2", "copy3", "fill", "fill2", "gather_rows", "masked_outputs",
+__all__ = ["column_sums", "copy1", "copy2", "copy3", "fill", "fill2", "fill_rows", "gather_rows", "masked_outputs",
            "peephole_grads", "scatter_add_rows", "write_state"]
 
 
@@ -27,6 +27,15 @@ def fill2(out: ANY2, value: SCALAR):
     n1 = out.shape[1]
     for k in range(cuda.grid(1), out.shape[0] * n1, cuda.gridsize(1)):
         out[k // n1, k % n1] = value
+
+
+@kernel("common")
+def fill_rows(out: A2, row: A1):
+    """``out[m, :] = row`` for every ``m``; ``out: [M, N]`` C-contiguous, ``row: [N]`` (a bias, before cuBLAS adds
+    the product to it)."""
+    n = out.shape[1]
+    for k in range(cuda.grid(1), out.shape[0] * n, cuda.gridsize(1)):
+        out[k // n, k % n] = row[k % n]
 
 
 @kernel("common", storage=True)

@@ -195,7 +195,7 @@ def block_lstm(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options, st
         The arrays are on different GPUs.
     """
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "b": b, "wci": wci, "wcf": wcf, "wco": wco}
-    with call(named, stream) as run:
+    with call(named, stream, precision=options.precision) as run:
         peep = (wci, wcf, wco) if options.use_peephole else (None, None, None)
         x, cs_prev, h_prev, w, b, wci, wcf, wco = run.prepare(x, cs_prev, h_prev, w, b, *peep)
         steps, batch, _ = x.shape
@@ -238,7 +238,7 @@ def block_lstm_grad(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_gr
     names = ("i", "cs", "f", "o", "ci", "co", "h")
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "wci": wci, "wcf": wcf, "wco": wco,
              **dict(zip(names, outputs, strict=False)), "cs_grad": cs_grad, "h_grad": h_grad}
-    with call(named, stream) as run:
+    with call(named, stream, precision=options.precision) as run:
         peep = (wci, wcf, wco) if options.use_peephole else (None, None, None)
         x, cs_prev, h_prev, w, wci, wcf, wco, cs_grad, h_grad, *outputs = run.prepare(
             x, cs_prev, h_prev, w, *peep, cs_grad, h_grad, *outputs)
@@ -256,7 +256,7 @@ def lstm_block_cell(x, cs_prev, h_prev, w, b, wci, wcf, wco, options, stream=Non
     ``[B, H]`` outputs ``[i, cs, f, o, ci, co, h]`` (views of one allocation).
     """
     named = {"x": x, "cs_prev": cs_prev, "h_prev": h_prev, "w": w, "b": b, "wci": wci, "wcf": wcf, "wco": wco}
-    with call(named, stream) as run:
+    with call(named, stream, precision=options.precision) as run:
         peep = (wci, wcf, wco) if options.use_peephole else (None, None, None)
         x, cs_prev, h_prev, w, b, wci, wcf, wco = run.prepare(x, cs_prev, h_prev, w, b, *peep)
         batch, inputs = x.shape

@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda
 
 from .._validate import compute_dtype
-from . import config
+from . import blas, config
 from .config import (
     ALIGN,
     GEMM_BM,
@@ -36,7 +36,7 @@ from .config import (
     padded,
     size,
 )
-from .elementwise import column_sums, copy1, copy2, copy3, fill, fill2, peephole_grads
+from .elementwise import column_sums, copy1, copy2, copy3, fill, fill2, fill_rows, peephole_grads
 from .gemm import gemm
 from .interop import (
     as_device,
@@ -63,10 +63,11 @@ class Arena:
     no scratch allocation). Calls on one stream run in order on the GPU, so
     a call may reuse the memory of the previous one; ``lock`` keeps the
     calls of several host threads from interleaving their launches. ``zeros``
-    is a buffer of zeros that kernels only read (absent gradients).
+    is a buffer of zeros that kernels only read (absent gradients), ``ones``
+    one of ones (the bias gradient as a cuBLAS product).
     """
 
-    __slots__ = ("lock", "buffer", "need", "zeros")
+    __slots__ = ("lock", "buffer", "need", "zeros", "ones")
 
     def __init__(self):
         import threading
@@ -75,6 +76,7 @@ class Arena:
         self.buffer = None
         self.need = 0
         self.zeros = None
+        self.ones = None
 
 
 _ARENAS = {}
@@ -104,7 +106,7 @@ def release_workspaces():
     for arenas in list(_ARENAS.values()):
         for arena in list(arenas.values()):
             with arena.lock:
-                arena.buffer = arena.zeros = None
+                arena.buffer = arena.zeros = arena.ones = None
                 arena.need = 0
     _ARENAS.clear()
 
@@ -181,9 +183,18 @@ class Launcher:
         caller for the call.
     wrap : callable
         Turns a Numba device array into the caller's array kind.
+    precision : str
+        Precision of the GEMMs (:data:`nblstm.cuda.blas.PRECISIONS`); anything
+        but ``"exact"`` needs cuBLAS (checked by :func:`call`).
+
+    Attributes
+    ----------
+    blas : int or None
+        The cuBLAS handle of this device and stream when the GEMMs run on
+        cuBLAS (:func:`nblstm.cuda.blas.available`), else ``None``.
     """
 
-    def __init__(self, dtype, storage, stream, arena, wrap):
+    def __init__(self, dtype, storage, stream, arena, wrap, precision="exact"):
         self.dtype = np.dtype(dtype)
         self.storage = np.dtype(storage)
         self.stream = stream
@@ -194,6 +205,8 @@ class Launcher:
         self.scratch_total = 0
         self._results = None
         self.device = 0  # set by call()
+        self.precision = precision
+        self.blas = None  # set by call()
         if arena.need and (arena.buffer is None or arena.buffer.shape[0] < arena.need):
             arena.buffer = None  # freed before the larger one is allocated
             arena.buffer = self.empty(arena.need)
@@ -229,6 +242,15 @@ class Launcher:
             arena.zeros = self.empty(max(n, ALIGN))
             self.fill_zero(arena.zeros)
         return arena.zeros[:n].reshape(shape)
+
+    def read_only_ones(self, n):
+        """A ``[n]`` array of ones that kernels must only read (kept between calls)."""
+        arena = self._arena
+        if arena.ones is None or arena.ones.shape[0] < n:
+            arena.ones = None
+            arena.ones = self.empty(max(n, ALIGN))
+            self._linear(fill, arena.ones.shape[0], arena.ones, self.one)
+        return arena.ones[:n]
 
     def results(self, n):
         """A flat ``[n]`` array of the compute dtype to hold all the call's results (see :meth:`finish`).
@@ -302,9 +324,20 @@ class Launcher:
         self._linear(kernel, n, *args)
 
     def gemm(self, a, b, c, bias=None, trans_a=False, trans_b=False, accumulate=False):
-        """``c = op(a) @ op(b) [+ bias] [+ c]`` (:func:`nblstm.cuda.gemm.gemm`)."""
+        """``c = op(a) @ op(b) [+ bias] [+ c]``: cuBLAS (:func:`nblstm.cuda.blas.gemm`) or the tiled kernel
+        (:func:`nblstm.cuda.gemm.gemm`).
+
+        ``a``, ``b`` and ``c`` are 2-D with contiguous rows (row slices of
+        C-contiguous arrays); ``bias`` and ``accumulate`` are not given together.
+        """
         m, n = c.shape
         if m == 0 or n == 0:
+            return
+        if self.blas is not None:
+            if bias is not None:
+                self._linear(fill_rows, m * n, c, bias)
+            beta = 1.0 if bias is not None or accumulate else 0.0
+            blas.gemm(self.blas, a, b, c, bool(trans_a), bool(trans_b), beta, self.precision)
             return
         grid = (ceil_div(n, GEMM_BN), min(ceil_div(m, GEMM_BM), MAX_GRID_Y))
         use_bias = bias is not None
@@ -312,6 +345,11 @@ class Launcher:
             a, b, c, bias if use_bias else c.reshape(m * n), bool(trans_a), bool(trans_b), bool(accumulate), use_bias)
 
     def column_sums(self, m, out):
+        """``out[n] = sum_r m[r, n]``: with cuBLAS the product ``ones[1, R] @ m``, else one thread per column."""
+        if self.blas is not None:
+            rows = m.shape[0]
+            self.gemm(self.read_only_ones(rows).reshape(1, rows), m, out.reshape(1, out.shape[0]))
+            return
         self._linear(column_sums, out.shape[0], m, out, self.dtype.type(0))
 
     def peephole_grads(self, steps, cs_prev, cs_, dgates, blocks, out):
@@ -373,8 +411,28 @@ def regions(run, shapes):
     return offsets, total
 
 
+def check_precision(precision, dtype):
+    """Refuse a ``precision`` the GEMMs cannot honour here (:data:`nblstm.cuda.blas.PRECISIONS`).
+
+    Raises
+    ------
+    ValueError
+        Reduced precision without cuBLAS (the simulator, no binding, or
+        :data:`nblstm.cuda.config.BLAS` ``False``), or for float64.
+    """
+    if precision == "exact":
+        return
+    if np.dtype(dtype) != np.float32:
+        raise ValueError(f"precision={precision!r} applies to float32 and float16 arrays; float64 arrays compute "
+                         "exactly: pass precision='exact'")
+    if not blas.available():
+        raise ValueError(f"precision={precision!r} needs cuBLAS on a GPU (nvmath-python, from the cuda extra, or "
+                         "CuPy), and nblstm.cuda.config.BLAS not False; the tiled GEMM computes exactly only: pass "
+                         "precision='exact'")
+
+
 @contextlib.contextmanager
-def call(named, stream, wrap=None):
+def call(named, stream, wrap=None, precision="exact"):
     """Checks and context of one entry-point call.
 
     Yields a :class:`Launcher` in the compute dtype on the resolved
@@ -382,7 +440,8 @@ def call(named, stream, wrap=None):
     call. ``named["x"]`` (else the first array given) decides the storage
     dtype, the default stream and the kind of the results; ``wrap``, when
     given, replaces the latter (:mod:`nblstm.cuda.cell` returns Numba device
-    arrays). The launcher's ``device`` is the ordinal of the GPU it runs on.
+    arrays). The launcher's ``device`` is the ordinal of the GPU it runs on;
+    its GEMMs run in ``precision`` (checked by :func:`check_precision`).
     """
     require_gpu()
     first = named["x"] if named.get("x") is not None else next(v for v in named.values() if v is not None)
@@ -390,6 +449,7 @@ def call(named, stream, wrap=None):
     with on_device(ordinal), context_cache():
         storage = storage_dtype(first)
         dtype = compute_dtype(storage)
+        check_precision(precision, dtype)
         launch_stream = resolve_stream(stream, first)
         if ordinal is not None:
             device = ordinal
@@ -400,8 +460,13 @@ def call(named, stream, wrap=None):
         if arena is None:
             arena = arenas.setdefault(dtype, Arena())
         with arena.lock:
-            run = Launcher(dtype, storage, launch_stream, arena, wrap or wrap_like(first, ordinal))
+            run = Launcher(dtype, storage, launch_stream, arena, wrap or wrap_like(first, ordinal), precision)
             run.device = device
+            if blas.available():
+                handle = stream_handle(launch_stream) or 0
+                if handle == 0 and getattr(numba_cuda_config, "CUDA_PER_THREAD_DEFAULT_STREAM", False):
+                    handle = 2  # CU_STREAM_PER_THREAD: the stream Numba launches on
+                run.blas = blas.handle_for(device, handle)
             try:
                 yield run
             finally:

@@ -21,7 +21,7 @@ from . import arrays
 __all__ = ["LSTM"]
 
 #: The keywords the ``from_*`` constructors take besides the source: options that keep its results.
-_PORTING_OVERRIDES = ("batch_first", "dropout", "dtype", "seed", "zero_output_for_mask", "forget_bias")
+_PORTING_OVERRIDES = ("batch_first", "dropout", "dtype", "seed", "zero_output_for_mask", "forget_bias", "precision")
 
 
 class LSTM:
@@ -59,6 +59,8 @@ class LSTM:
     dtype : float16, float32 or float64, default float32
     seed : int, optional
         Seeds the initial weights (PyTorch's: uniform in ``±1 / sqrt(H)``) and the dropout masks.
+    precision : {"exact", "tf32", "fp16"}, default "exact"
+        Arithmetic of the large matrix products on the GPU (:class:`nblstm.LSTMCell`).
 
     Attributes
     ----------
@@ -80,7 +82,7 @@ class LSTM:
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, *, use_peepholes=False, cell_clip=None, proj_clip=None,
                  forget_bias=0.0, activation="tanh", recurrent_activation="sigmoid", zero_output_for_mask=False,
-                 reverse=False, dtype=np.float32, seed=None):
+                 reverse=False, dtype=np.float32, seed=None, precision="exact"):
         self.input_size = v.check_positive_int("input_size", input_size)
         self.hidden_size = v.check_positive_int("hidden_size", hidden_size)
         self.num_layers = v.check_positive_int("num_layers", num_layers)
@@ -112,7 +114,8 @@ class LSTM:
             for _ in range(self.num_directions):
                 cell = LSTMCell(self.hidden_size, use_peepholes=use_peepholes, cell_clip=cell_clip,
                                 num_proj=self.proj_size or None, proj_clip=proj_clip, forget_bias=forget_bias,
-                                activation=activation, recurrent_activation=recurrent_activation, dtype=self.dtype)
+                                activation=activation, recurrent_activation=recurrent_activation, dtype=self.dtype,
+                                precision=precision)
                 inputs = self.input_size if layer == 0 else self.num_directions * depth
                 cell.set_weights(self._initial_weights(cell, inputs))
                 cells.append(cell)
@@ -121,6 +124,7 @@ class LSTM:
         self.use_peepholes, self.cell_clip, self.proj_clip = first.use_peepholes, first.cell_clip, first.proj_clip
         self.forget_bias, self.activation = first.forget_bias, first.activation.name
         self.recurrent_activation = first.recurrent_activation
+        self.precision = first.precision
 
     def _initial_weights(self, cell, inputs):
         """PyTorch's initialisation: every weight uniform in ``±1 / sqrt(H)`` (the bias: ``b_ih + b_hh``)."""
@@ -376,7 +380,8 @@ class LSTM:
                 "bidirectional": self.bidirectional, "proj_size": self.proj_size,
                 "use_peepholes": self.use_peepholes, "cell_clip": self.cell_clip, "proj_clip": self.proj_clip,
                 "forget_bias": self.forget_bias, "activation": self.activation,
-                "recurrent_activation": self.recurrent_activation, "dtype": self.dtype.name}
+                "recurrent_activation": self.recurrent_activation, "dtype": self.dtype.name,
+                "precision": self.precision}
 
     # -- calls -----------------------------------------------------------------------------------------
 
