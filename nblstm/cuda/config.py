@@ -28,6 +28,9 @@ __all__ = [
     "MAX_GRID_Y",
     "PERSISTENT",
     "PERSISTENT_MAX_BATCH",
+    "RESIDENT",
+    "RESIDENT_CHUNK",
+    "RESIDENT_LANES",
     "SB",
     "SIMULATOR",
     "SJ",
@@ -79,6 +82,18 @@ BLAS = "auto"
 #: ``False`` (never). Read at every call.
 PERSISTENT = "auto"
 PERSISTENT_MAX_BATCH = 16
+
+#: Whether the persistent loops of the fused ops first try the kernels that keep ``W_h`` in shared memory
+#: (:mod:`nblstm.cuda.resident`): ``"auto"`` (where the slices fit on chip) or ``False``. Read at every call.
+RESIDENT = "auto"
+#: Threads that share one hidden unit's products in the resident kernels (``blockDim.x``; read at every call).
+#: One warp on a GPU: a warp's lanes read consecutive shared-memory words. One in the simulator, where the sums
+#: then run in the order of the tiled step kernels (the simulator's results stay bit for bit those of the
+#: per-step kernels); the tests set more.
+RESIDENT_LANES = 1 if SIMULATOR else 32
+#: Most columns of the vector operand a resident kernel stages at a time; ``None``: as many as fit in shared
+#: memory next to the weights (the tests set a few, to run the staging loop over several chunks).
+RESIDENT_CHUNK = None
 
 
 def ceil_div(a, b):

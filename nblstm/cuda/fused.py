@@ -32,6 +32,7 @@ from ..spec import GATE_BLOCKS
 from .config import size
 from .fused_kernels import backward_persistent, backward_step, forward_persistent, forward_step
 from .launch import call, regions
+from .resident import backward_resident, forward_resident
 
 __all__ = ["block_lstm", "block_lstm_grad", "lstm_block_cell", "lstm_block_cell_grad"]
 
@@ -74,7 +75,7 @@ def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, o
     args = (xw, cs_prev, h_prev, w[inputs:], wci, wcf, wco, run.one, dt(options.forget_bias),
             *clip_scalars(options.cell_clip, dt, positive=True), bool(options.use_peephole), *_blocks(options.layout),
             out)
-    run.recurrence(forward_persistent, forward_step, args, s, batch, units)
+    run.recurrence(forward_persistent, forward_step, args, s, batch, units, resident=forward_resident)
 
 
 def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, options, dgates,
@@ -109,7 +110,7 @@ def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s
     args = (cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, run.one, use_peephole,
             *blocks_layout, dgates, dc)
     run.recurrence(backward_persistent, backward_step, args, s, batch, units, reverse=True,
-                   step_args=(s,))
+                   step_args=(s,), resident=backward_resident)
     if use_peephole:
         run.peephole_grads(s, cs_prev, cs_, dgates, blocks_layout, peephole_grads)
 

@@ -50,6 +50,7 @@ from .interop import (
     stream_handle,
     wrap_like,
 )
+from .resident import RB, shared_words
 
 __all__ = ["Arena", "Launcher", "Repeat", "arena_for", "call", "regions", "release_workspaces"]
 
@@ -357,13 +358,22 @@ class Launcher:
         bi, _, bf, bo = blocks
         self._linear(peephole_grads, units, steps, cs_prev, cs_, dgates, bi, bf, bo, self.dtype.type(0), *out)
 
-    def recurrence(self, persistent, step, args, steps, batch, units, reverse=False, step_args=()):
-        """Run the time loop: one cooperative launch of ``persistent``, or one launch of ``step`` per step.
+    def recurrence(self, persistent, step, args, steps, batch, units, reverse=False, step_args=(), resident=None):
+        """Run the time loop: one cooperative launch of ``resident`` or ``persistent``, or one launch of ``step``
+        per step.
 
-        ``persistent`` is called with ``(steps, *args)``, ``step`` with
-        ``(t, *step_args, *args)`` for ``t`` in order (reversed with
-        ``reverse``).
+        ``resident`` (:mod:`nblstm.cuda.resident`; its forward kernel unless
+        ``reverse``) is called with ``(steps, *args, per_block, chunk)`` where
+        :meth:`resident_plan` finds it fits, ``persistent`` with ``(steps,
+        *args)``, ``step`` with ``(t, *step_args, *args)`` for ``t`` in order
+        (reversed with ``reverse``).
         """
+        if resident is not None:
+            plan = self.resident_plan(resident, (steps, *args), batch, units, not reverse)
+            if plan is not None:
+                blocks, block, nbytes, per_block, chunk = plan
+                resident[blocks, block, self.stream, nbytes](steps, *args, per_block, chunk)
+                return
         block = (SJ, SB)
         blocks = self.persistent_grid(persistent, (steps, *args), batch, units)
         if blocks:
@@ -373,6 +383,46 @@ class Launcher:
         launch = Repeat(step, grid, block, self.stream, (*step_args, *args))
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
             launch(t)
+
+    def resident_plan(self, kernel, args, batch, units, forward):
+        """``(blocks, block, shared bytes, per_block, chunk)`` of a resident launch of ``kernel``, or ``None``.
+
+        ``None`` where the persistent loops are off (:data:`~nblstm.cuda.config.PERSISTENT`,
+        :data:`~nblstm.cuda.config.RESIDENT`), the batch exceeds
+        :data:`nblstm.cuda.resident.RB`, or the slices do not fit: one block
+        per multiprocessor, each with its ``U = ceil(H / SMs)`` units' weights
+        and a reduction buffer within the opt-in shared memory of a block.
+        """
+        if config.PERSISTENT is False or config.RESIDENT is False or not 1 <= batch <= RB:
+            return None
+        if config.PERSISTENT == "auto" and batch > config.PERSISTENT_MAX_BATCH:
+            return None
+        lanes = int(config.RESIDENT_LANES)
+        k_total = units if forward else 4 * units
+        if SIMULATOR:  # the simulator's grid barrier synchronises one block only
+            per_block, budget = units, 1 << 30
+        else:
+            device = cuda.get_current_device()
+            per_block = ceil_div(units, int(device.MULTIPROCESSOR_COUNT))
+            budget = _shared_optin(device.id) // self.dtype.itemsize
+        if lanes * per_block > 1024:
+            return None
+        fixed = shared_words(forward, per_block, units, batch, lanes, 0)
+        if fixed > budget:
+            return None
+        chunk = min(k_total, (budget - fixed) // batch, config.RESIDENT_CHUNK or k_total)
+        if chunk < k_total and chunk >= 32:
+            chunk -= chunk % 32  # whole warps' worth of columns per staged chunk
+        if chunk < 1:
+            return None
+        nbytes = shared_words(forward, per_block, units, batch, lanes, chunk) * self.dtype.itemsize
+        blocks = ceil_div(units, per_block)
+        block = (lanes, per_block)
+        if not SIMULATOR:
+            argtypes = tuple(kernel.typeof_pyval(a) for a in (*args, 0, 0))
+            if _resident_limit(kernel, argtypes, cuda.get_current_device().id, block, nbytes) < blocks:
+                return None
+        return blocks, block, nbytes, per_block, chunk
 
     def persistent_grid(self, kernel, args, batch, units):
         """Blocks for a persistent launch of ``kernel``, or 0 to use per-step launches."""
@@ -387,6 +437,36 @@ class Launcher:
         if config.PERSISTENT == "auto" and limit < tiles:
             return 0
         return max(1, min(tiles, limit))
+
+
+@functools.lru_cache(maxsize=16)
+def _shared_optin(device_id):
+    """Most bytes of shared memory one block may opt in to on ``device_id`` (48 KB where the query fails)."""
+    try:
+        return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    except Exception:  # noqa: BLE001 - an attribute this driver binding does not name: the portable limit
+        return 48 * 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _resident_limit(kernel, argtypes, device_id, block, nbytes):
+    """Most blocks of one cooperative launch of a resident ``kernel`` with ``nbytes`` of dynamic shared memory.
+
+    Above 48 KB the kernel's limit is raised first (the function attribute
+    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``); 0 where that fails.
+    Cached: once per kernel, argument types, device and size.
+    """
+    compiled = kernel.compile(argtypes)
+    if nbytes > 48 * 1024:
+        try:
+            from numba.cuda.cudadrv import driver as numba_driver
+
+            attribute = numba_driver.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            cufunc = compiled._codelibrary.get_cufunc()
+            numba_driver.driver.cuKernelSetAttribute(attribute, nbytes, cufunc.handle, device_id)
+        except Exception:  # noqa: BLE001 - other Numba internals: no resident launch
+            return 0
+    return compiled.max_cooperative_grid_blocks(block, nbytes)
 
 
 @functools.lru_cache(maxsize=64)

@@ -88,7 +88,7 @@ def signatures(dtype, family=None):
     For float32 and float64 every kernel; for float16 the storage casts
     (``copy1_f16_to_f32`` ...) and the fill.
     """
-    from . import cell_kernels, elementwise, fused_kernels, gemm, layer_kernels  # noqa: F401 - their kernels register on import
+    from . import cell_kernels, elementwise, fused_kernels, gemm, layer_kernels, resident  # noqa: F401 - their kernels register on import
 
     nt = _NUMBA_TYPES[np.dtype(dtype)]
     found = []

@@ -57,7 +57,8 @@ def test_every_kernel_compiles_to_ptx(dtype, target_cc):
     names = {name for name, _, _ in sigs}
     if dtype != np.float16:
         assert {"gemm", "forward_step", "forward_persistent", "backward_step", "backward_persistent",
-                "column_sums", "peephole_grads", "fill"} <= names
+                "forward_resident", "backward_resident", "fill_rows", "column_sums", "peephole_grads",
+                "fill"} <= names
     for name, ptx in _compiled(sigs, dtype, target_cc):
         if "persistent" in name:
             assert "cudaCGGetIntrinsicHandle" in ptx or "grid" in ptx.lower(), f"{name}: no grid barrier"

@@ -1,0 +1,222 @@
+"""Persistent kernels that keep the recurrent weights on chip: the fused ops' time loops for small batches.
+
+At small batches a step is a matrix-vector product with ``W_h``, and what
+it costs is reading ``W_h``: the per-step kernels (and
+:mod:`nblstm.cuda.fused_kernels`' persistent ones) read all of it from L2
+for every step and every 4-row batch tile. Here one cooperative launch runs
+every step; block ``g`` owns hidden units ``[g U, (g + 1) U)`` and loads
+its slice of ``W_h`` into shared memory once, for the whole sequence:
+
+- forward: the four gate columns of each of its units, stored as rows
+  (``[4U, H]``, unit-major: row ``4u + gate``);
+- backward: the rows ``W_h[j, :]`` of its units (``[U, 4H]``), which the
+  carried ``dh[:, j] = dgates[t + 1] @ W_h[j, :]^T`` reads.
+
+A step stages the vector operand (``h_{t-1}``, or ``dgates[t + 1]``) in
+shared memory by chunks of ``chunk`` columns, and thread ``(lane, u)``
+accumulates unit ``u``'s products over the columns ``k = lane (mod
+lanes)`` for every batch row in registers (``B <= RB``; the four gates
+together in the forward, so that one load of ``h`` feeds four products).
+The lanes' partial sums are added in lane order through shared memory
+(fixed order: deterministic), the gate maths of :mod:`nblstm.spec` runs
+on them, and one grid barrier separates the steps. With one lane the sums
+run in the order of the tiled step kernels, bit for bit.
+
+The launcher (:meth:`nblstm.cuda.launch.Launcher.recurrence`) picks ``U``
+so that the blocks fit the GPU at one block per multiprocessor, sizes the
+dynamic shared memory (:func:`shared_words`) and raises the kernel's
+shared-memory limit above 48 KB where the slice needs it.
+"""
+
+from numba import cuda
+
+from ..spec import backward_unit, forward_unit
+from .config import PERSISTENT_MAX_BATCH
+from .registry import A1, A2, A3, A4, BOOL, I64, SCALAR, kernel
+
+__all__ = ["RB", "backward_resident", "forward_resident", "shared_words"]
+
+#: Most batch rows of a resident launch: each thread keeps ``4 * RB`` sums in registers.
+RB = PERSISTENT_MAX_BATCH
+
+
+def shared_words(forward, per_block, units, batch, lanes, chunk):
+    """Elements of dynamic shared memory a resident launch needs.
+
+    ``forward``: ``[4U, H]`` weights, the staging or reduction buffer, and
+    ``[4U, B]`` gate sums; backward: ``[U, 4H]`` weights and the buffer.
+    """
+    rows = 4 * per_block if forward else per_block
+    k_total = units if forward else 4 * units
+    buffer = max(batch * chunk, rows * batch * (lanes + 1))
+    return rows * k_total + buffer + (rows * batch if forward else 0)
+
+
+@cuda.jit(device=True)
+def _stage(src, first, t, k0, kc, batch, chunk, buf, tid, nthreads):
+    """``buf[b * chunk + kk] = op[b, k0 + kk]`` where ``op`` is ``first`` at ``t < 0``, else ``src[t]``."""
+    for e in range(tid, batch * kc, nthreads):
+        b = e // kc
+        kk = e % kc
+        buf[b * chunk + kk] = first[b, k0 + kk] if t < 0 else src[t, b, k0 + kk]
+
+
+@kernel("fused")
+def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR,
+                     forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL, bi: I64, bc: I64,
+                     bf: I64, bo: I64, out: A4, per_block: I64, chunk: I64):
+    """All ``steps`` forward steps with ``W_h``'s slice of each block in shared memory.
+
+    Arguments as :func:`nblstm.cuda.fused_kernels.forward_persistent`, and
+    ``per_block`` (``U``, units per block) and ``chunk`` (columns of ``h``
+    staged at a time). Grid ``ceil(H / U)`` blocks of ``(lanes, U)`` threads,
+    all resident (cooperative); ``shared_words(True, ...)`` elements of
+    dynamic shared memory.
+    """
+    grid = cuda.cg.this_grid()
+    batch, units = cs_prev.shape
+    lanes = cuda.blockDim.x
+    lane = cuda.threadIdx.x
+    u = cuda.threadIdx.y
+    nthreads = lanes * cuda.blockDim.y
+    tid = u * lanes + lane
+    zero = one - one
+    rows = 4 * per_block
+    smem = cuda.shared.array(0, w_rec.dtype)
+    w_s = smem[:rows * units]
+    gate_s = smem[rows * units:rows * units + rows * batch]
+    buf = smem[rows * units + rows * batch:]
+    j0 = cuda.blockIdx.x * per_block
+    for e in range(tid, rows * units, nthreads):
+        r = e // units
+        g = r % 4
+        jj = j0 + r // 4
+        block = bi if g == 0 else (bc if g == 1 else (bf if g == 2 else bo))
+        w_s[e] = w_rec[e % units, block * units + jj] if jj < units else zero
+    cuda.syncthreads()
+    j = j0 + u
+    acc = cuda.local.array((4, RB), w_rec.dtype)
+    for t in range(steps):
+        for b in range(RB):
+            for g in range(4):
+                acc[g, b] = zero
+        for k0 in range(0, units, chunk):
+            kc = min(chunk, units - k0)
+            _stage(out[6], h_prev, t - 1, k0, kc, batch, chunk, buf, tid, nthreads)
+            cuda.syncthreads()
+            base = 4 * u * units + k0
+            for kk in range(lane, kc, lanes):
+                w0 = w_s[base + kk]
+                w1 = w_s[base + units + kk]
+                w2 = w_s[base + 2 * units + kk]
+                w3 = w_s[base + 3 * units + kk]
+                for b in range(RB):
+                    if b < batch:
+                        hv = buf[b * chunk + kk]
+                        acc[0, b] += hv * w0
+                        acc[1, b] += hv * w1
+                        acc[2, b] += hv * w2
+                        acc[3, b] += hv * w3
+            cuda.syncthreads()
+        # The lanes' sums of unit u, gate g, row b at buf[((4u + g) B + b) (lanes + 1) + lane]: the padding
+        # column spreads the reads of one row's lanes over the banks.
+        for b in range(RB):
+            if b < batch:
+                for g in range(4):
+                    buf[((4 * u + g) * batch + b) * (lanes + 1) + lane] = acc[g, b]
+        cuda.syncthreads()
+        for o in range(lane, 4 * batch, lanes):
+            row = (4 * u + o // batch) * batch + o % batch
+            s = buf[row * (lanes + 1)]
+            for q in range(1, lanes):
+                s += buf[row * (lanes + 1) + q]
+            gate_s[row] = s
+        cuda.syncthreads()
+        if j < units:
+            for b in range(lane, batch, lanes):
+                c_prev = cs_prev[b, j] if t == 0 else out[1, t - 1, b, j]
+                i, ci, f, o, cs, co, h = forward_unit(
+                    gate_s[(4 * u) * batch + b] + xw[t, b, bi * units + j],
+                    gate_s[(4 * u + 1) * batch + b] + xw[t, b, bc * units + j],
+                    gate_s[(4 * u + 2) * batch + b] + xw[t, b, bf * units + j],
+                    gate_s[(4 * u + 3) * batch + b] + xw[t, b, bo * units + j],
+                    c_prev, wci[j], wcf[j], wco[j], forget_bias, cell_clip, clip_on, use_peephole, one,
+                )
+                out[0, t, b, j] = i
+                out[1, t, b, j] = cs
+                out[2, t, b, j] = f
+                out[3, t, b, j] = o
+                out[4, t, b, j] = ci
+                out[5, t, b, j] = co
+                out[6, t, b, j] = h
+        grid.sync()
+
+
+@kernel("fused")
+def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3, co_: A3, cs_grad: A3,
+                      h_grad: A3, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR, use_peephole: BOOL, bi: I64,
+                      bc: I64, bf: I64, bo: I64, dgates: A3, dc: A2, per_block: I64, chunk: I64):
+    """All backward steps, ``S - 1 .. 0``, with the rows of ``W_h`` of each block's units in shared memory.
+
+    Arguments as :func:`nblstm.cuda.fused_kernels.backward_persistent`, and
+    ``per_block`` and ``chunk`` (gate columns of ``dgates[t + 1]`` staged at
+    a time). Grid ``ceil(H / U)`` blocks of ``(lanes, U)`` threads, all
+    resident; ``shared_words(False, ...)`` elements of dynamic shared memory.
+    """
+    grid = cuda.cg.this_grid()
+    batch, units = cs_prev.shape
+    gates = 4 * units
+    lanes = cuda.blockDim.x
+    lane = cuda.threadIdx.x
+    u = cuda.threadIdx.y
+    nthreads = lanes * cuda.blockDim.y
+    tid = u * lanes + lane
+    zero = one - one
+    smem = cuda.shared.array(0, w_rec.dtype)
+    w_s = smem[:per_block * gates]
+    buf = smem[per_block * gates:]
+    j0 = cuda.blockIdx.x * per_block
+    for e in range(tid, per_block * gates, nthreads):
+        jj = j0 + e // gates
+        w_s[e] = w_rec[jj, e % gates] if jj < units else zero
+    cuda.syncthreads()
+    j = j0 + u
+    acc = cuda.local.array(RB, w_rec.dtype)
+    for step in range(steps):
+        t = steps - 1 - step
+        for b in range(RB):
+            acc[b] = zero
+        if t + 1 < steps:  # the same for every thread of the grid: all reach the barriers below
+            for k0 in range(0, gates, chunk):
+                kc = min(chunk, gates - k0)
+                _stage(dgates, dgates[0], t + 1, k0, kc, batch, chunk, buf, tid, nthreads)
+                cuda.syncthreads()
+                base = u * gates + k0
+                for kk in range(lane, kc, lanes):
+                    wv = w_s[base + kk]
+                    for b in range(RB):
+                        if b < batch:
+                            acc[b] += buf[b * chunk + kk] * wv
+                cuda.syncthreads()
+        for b in range(RB):
+            if b < batch:
+                buf[(u * batch + b) * (lanes + 1) + lane] = acc[b]
+        cuda.syncthreads()
+        if j < units:
+            for b in range(lane, batch, lanes):
+                row = (u * batch + b) * (lanes + 1)
+                s = buf[row]
+                for q in range(1, lanes):
+                    s += buf[row + q]
+                c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+                di, dci, df, do, dc_prev = backward_unit(
+                    h_grad[t, b, j] + s, cs_grad[t, b, j] + dc[b, j],
+                    i_[t, b, j], ci_[t, b, j], f_[t, b, j], o_[t, b, j], co_[t, b, j], c_prev,
+                    wci[j], wcf[j], wco[j], use_peephole, one,
+                )
+                dgates[t, b, bi * units + j] = di
+                dgates[t, b, bc * units + j] = dci
+                dgates[t, b, bf * units + j] = df
+                dgates[t, b, bo * units + j] = do
+                dc[b, j] = dc_prev
+        grid.sync()

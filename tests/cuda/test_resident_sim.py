@@ -1,0 +1,118 @@
+"""The resident persistent kernels (:mod:`nblstm.cuda.resident`) against the tiled persistent ones and the CPU.
+
+With one lane their sums run in the tiled kernels' order, so the results
+are those of the tiled persistent kernels bit for bit; with several lanes
+and several staged chunks (the partial sums and the staging loop a GPU
+runs) they agree within rounding. Runs in the simulator (one block) or on
+a GPU.
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import nblstm
+from nblstm import cuda as ncuda
+from nblstm import reference
+from nblstm.cuda import launch
+
+
+def _inputs(dtype, steps, batch, inputs, units, seed=0):
+    rng = np.random.default_rng(seed)
+    a = {
+        "x": rng.standard_normal((steps, batch, inputs)),
+        "cs_prev": rng.standard_normal((batch, units)),
+        "h_prev": rng.standard_normal((batch, units)),
+        "w": rng.standard_normal((inputs + units, 4 * units)) * 0.4,
+        "b": rng.standard_normal(4 * units) * 0.2,
+        "wci": rng.standard_normal(units) * 0.5,
+        "wcf": rng.standard_normal(units) * 0.5,
+        "wco": rng.standard_normal(units) * 0.5,
+        "h_grad": rng.standard_normal((steps, batch, units)),
+        "cs_grad": rng.standard_normal((steps, batch, units)),
+    }
+    return {k: v.astype(dtype) for k, v in a.items()}
+
+
+def _host(a):
+    return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+
+
+def _run(a, arrays, **kw):
+    core = [arrays(a[k]) for k in ("x", "cs_prev", "h_prev", "w")]
+    peep = {k: arrays(a[k]) for k in ("wci", "wcf", "wco")}
+    out = nblstm.block_lstm(*core, arrays(a["b"]), **peep, forget_bias=0.7, cell_clip=1.2, **kw)
+    grads = nblstm.block_lstm_grad(*core, out, cs_grad=arrays(a["cs_grad"]), h_grad=arrays(a["h_grad"]), **peep,
+                                   **kw)
+    return [_host(r) for r in (*out, *grads)]
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """Counts the resident launches planned (``resident_plan`` not ``None``)."""
+    counted = {"resident": 0}
+    plan = launch.Launcher.resident_plan
+
+    def counting(self, *args, **kwargs):
+        found = plan(self, *args, **kwargs)
+        counted["resident"] += found is not None
+        return found
+
+    monkeypatch.setattr(launch.Launcher, "resident_plan", counting)
+    return counted
+
+
+def _dev(a):
+    return cuda.to_device(np.ascontiguousarray(a))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_one_lane_gives_the_tiled_persistent_kernels_bits(dtype, batch, monkeypatch, plans):
+    a = _inputs(dtype, 4, batch, 3, 5)
+    kw = {"use_peephole": True, "seq_len_max": 3}
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", True)
+    monkeypatch.setattr(ncuda.config, "RESIDENT", False)
+    tiled = _run(a, _dev, **kw)
+    assert plans["resident"] == 0
+    monkeypatch.setattr(ncuda.config, "RESIDENT", "auto")
+    monkeypatch.setattr(ncuda.config, "RESIDENT_LANES", 1)
+    resident = _run(a, _dev, **kw)
+    assert plans["resident"] == 2  # the forward and the backward loop
+    for k, (t, r) in enumerate(zip(tiled, resident, strict=True)):
+        assert np.array_equal(t, r), f"result {k}"
+
+
+@pytest.mark.parametrize("lanes, chunk", [(2, None), (3, 2), (4, 3)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_lanes_and_chunks_match_the_cpu_and_the_reference(dtype, lanes, chunk, monkeypatch, plans):
+    monkeypatch.setattr(ncuda.config, "RESIDENT_LANES", lanes)
+    monkeypatch.setattr(ncuda.config, "RESIDENT_CHUNK", chunk)
+    steps, batch, units = 4, 3, 5
+    a = _inputs(dtype, steps, batch, 2, units, seed=lanes)
+    kw = {"use_peephole": True, "layout": "icfo"}
+    cpu = _run(a, np.asarray, **kw)
+    gpu = _run(a, _dev, **kw)
+    assert plans["resident"] == 2
+    tol = {np.float16: 2e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    for k, (c, g) in enumerate(zip(cpu, gpu, strict=True)):
+        assert g.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(g.astype(np.float64), c.astype(np.float64), rtol=tol, atol=tol,
+                                   err_msg=f"result {k}")
+    if dtype == np.float64:
+        ref = reference.block_lstm(a["x"], a["cs_prev"], a["h_prev"], a["w"], a["b"], a["wci"], a["wcf"], a["wco"],
+                                   steps, 0.7, 1.2, True, "icfo")
+        np.testing.assert_allclose(gpu[6], ref["h"], rtol=1e-12, atol=1e-12)
+
+
+def test_the_batch_limit_and_the_switches_choose_the_loop(monkeypatch, plans):
+    a = _inputs(np.float32, 2, ncuda.config.PERSISTENT_MAX_BATCH + 1, 2, 3)
+    _run(a, _dev)
+    assert plans["resident"] == 0  # past the batch limit: per-step launches
+    small = _inputs(np.float32, 2, 2, 2, 3)
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", False)
+    _run(small, _dev)
+    assert plans["resident"] == 0
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", "auto")
+    _run(small, _dev)
+    assert plans["resident"] == 2
