@@ -114,3 +114,34 @@ def test_sim_smoke_run(bench, tmp_path):
     assert in_process["failures"] == 0 and in_process["cases"]
     report = (tmp_path / "report.md").read_text()
     assert "## nblstm against cuDNN" in report and "### Targets" in report
+
+
+def _fake_torch():
+    """The attributes of PyTorch's TF32 switches, without PyTorch."""
+    cudnn = SimpleNamespace(allow_tf32=True, rnn=SimpleNamespace(fp32_precision="none"))
+    matmul = SimpleNamespace(allow_tf32=False, fp32_precision="none")
+    backends = SimpleNamespace(cudnn=cudnn, cuda=SimpleNamespace(matmul=matmul))
+    return SimpleNamespace(backends=backends, get_float32_matmul_precision=lambda: "highest")
+
+
+def test_tf32_switches(bench):
+    torch = _fake_torch()
+    with bench.torch_tf32(torch, False):
+        assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+        state = bench.tf32_state(torch)
+        assert state["torch.backends.cudnn.allow_tf32"] is False
+    assert torch.backends.cudnn.allow_tf32 is True and torch.backends.cuda.matmul.allow_tf32 is False
+    with bench.torch_tf32(torch, True):
+        assert torch.backends.cudnn.allow_tf32 is True and torch.backends.cuda.matmul.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_kernel_rows(bench):
+    def event(name, us, device="DeviceType.CUDA"):
+        return SimpleNamespace(name=name, device_type=device,
+                               time_range=SimpleNamespace(elapsed_us=lambda: us))
+
+    prof = SimpleNamespace(events=lambda: [event("gemm", 30.0), event("step", 5.0), event("step", 7.0),
+                                           event("cudaLaunchKernel", 99.0, "DeviceType.CPU")])
+    top, total, count = bench._kernel_rows(prof, top=1)
+    assert top == [("gemm", 1, 30.0)] and total == 42.0 and count == 3
