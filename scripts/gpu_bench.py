@@ -210,32 +210,55 @@ def sanitizer_errors(text):
 
 # -- nblstm's switches ----------------------------------------------------------------------------------------------
 
+#: The time loops of the fused ops (nblstm.cuda.launch.Launcher.recurrence), each forced by its switches.
+LOOP_SETTINGS = (
+    ("resident", {"PERSISTENT": True, "RESIDENT": "auto"}),
+    ("gemm-steps", {"PERSISTENT": False, "STEP_GEMM": True}),
+    ("tiled persistent", {"PERSISTENT": True, "RESIDENT": False, "STEP_GEMM": False}),
+    ("tiled per-step", {"PERSISTENT": False, "STEP_GEMM": False}),
+)
+
+
 def loop_variants(config, batch):
     """``[(label, settings)]`` of the loop variants to time at this batch size.
 
-    ``"default"`` (the configuration as it is, ``{}``) always; for batches up
-    to ``config.PERSISTENT_MAX_BATCH`` (16 when absent) also every
-    ``PERSISTENT`` in ``(False, True)`` crossed with every ``RESIDENT`` in
-    ``("auto", False)`` when the configuration has ``RESIDENT``.
+    ``"default"`` (the configuration as it is, ``{}``) always, then each
+    loop of :data:`LOOP_SETTINGS` whose switches the configuration has. The
+    tiled persistent loop only takes batches up to ``PERSISTENT_MAX_BATCH``.
+    Which loop a run took is read from ``nblstm.cuda.launch.LOOPS``.
     """
     variants = [("default", {})]
-    if batch > getattr(config, "PERSISTENT_MAX_BATCH", 16):
-        return variants
-    residents = ("auto", False) if hasattr(config, "RESIDENT") else (None,)
-    for persistent in (False, True):
-        for resident in residents:
-            settings = {"PERSISTENT": persistent}
-            label = "persistent" if persistent else "per-step"
-            if resident is not None:
-                settings["RESIDENT"] = resident
-                label += f", resident={resident}"
-            variants.append((label, settings))
+    for label, settings in LOOP_SETTINGS:
+        if not all(hasattr(config, k) for k in settings):
+            continue
+        if label == "tiled persistent" and batch > getattr(config, "PERSISTENT_MAX_BATCH", 16):
+            continue
+        variants.append((label, dict(settings)))
     return variants
+
+
+def variant_precisions(label):
+    """The precisions timed for a variant: both for the default and the cuBLAS step loop, exact for the others."""
+    return PRECISIONS if label in ("default", "gemm-steps") else PRECISIONS[:1]
 
 
 def default_settings(config):
     """The switches of ``config`` that the variants set, as they are now."""
-    return {k: getattr(config, k) for k in ("PERSISTENT", "RESIDENT", "BLAS") if hasattr(config, k)}
+    keys = ("PERSISTENT", "RESIDENT", "RESIDENT_MAX_BATCH", "STEP_GEMM", "BLAS")
+    return {k: getattr(config, k) for k in keys if hasattr(config, k)}
+
+
+def loops_of(fn):
+    """``(result of fn(), {loop kind: count})`` of the time loops ``fn`` ran (``nblstm.cuda.launch.LOOPS``)."""
+    try:
+        from nblstm.cuda import launch
+
+        before = dict(getattr(launch, "LOOPS", {}))
+    except ImportError:
+        return fn(), None
+    value = fn()
+    after = dict(getattr(launch, "LOOPS", {}))
+    return value, {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
 
 
 @contextlib.contextmanager
@@ -923,8 +946,7 @@ def _nblstm_run(run, case, ref, precision, settings, record):
     with config_set(config, settings):
         t0 = time.perf_counter()
         try:
-            outs = fwd()
-            grads = bwd(outs)
+            (outs, grads), out["loops"] = loops_of(lambda: (lambda o: (o, bwd(o)))(fwd()))
             case.timer.sync()
         except (TypeError, ValueError) as exc:
             out["na"] = f"n/a: {type(exc).__name__}: {exc}"
@@ -950,14 +972,9 @@ def _nblstm_run(run, case, ref, precision, settings, record):
 
 
 def _which_default(variants):
-    """Labels of the explicit variants whose launch counts match the default's (what "default" ran)."""
-    default = next((v for v in variants if v["label"] == "default" and "launches" in v), None)
-    if default is None or default["launches"].get("fwd") is None:
-        return None
-    key = (default["launches"]["fwd"], default["launches"]["bwd"])
-    same = [v["label"] for v in variants if v["label"] != "default" and "launches" in v
-            and v["precision"] == default["precision"] and (v["launches"]["fwd"], v["launches"]["bwd"]) == key]
-    return same or None
+    """The time loops the default run took (``"resident"``, ``"gemm-steps"``, ...), from its first call."""
+    default = next((v for v in variants if v["label"] == "default" and v.get("loops")), None)
+    return sorted(default["loops"]) if default else None
 
 
 def compare_case(run, shape, backend, record):
@@ -993,7 +1010,7 @@ def compare_case(run, shape, backend, record):
                                f"{result['reference']}")
     result["default_settings"] = default_settings(config)
     for label, settings in loop_variants(config, shape[1]):
-        for precision in PRECISIONS:
+        for precision in variant_precisions(label):
             if run.left() < 3:
                 record["notes"].append(f"{shape_label(shape)} {label} {precision}: skipped (time budget)")
                 continue

@@ -22,7 +22,7 @@ each array's row stride as its leading dimension; no array is copied.
 A bias is written into ``C`` first (one broadcast kernel) and added by
 ``beta = 1``; so is an accumulation.
 
-``precision`` (:data:`PRECISIONS`) picks cuBLAS's compute type: ``"exact"``
+``precision`` (:data:`nblstm.options.PRECISIONS`) picks cuBLAS's compute type: ``"exact"``
 computes in the compute dtype (``CUBLAS_COMPUTE_32F`` or ``_64F``: no
 reduced-precision tensor cores); ``"tf32"`` lets float32 products run on
 TF32 tensor cores (10-bit mantissas of the operands, float32 sums);
@@ -36,11 +36,10 @@ import threading
 
 import numpy as np
 
-from ..options import PRECISIONS
 from . import config
 from .config import SIMULATOR
 
-__all__ = ["PRECISIONS", "available", "backend_name", "gemm", "handle_for", "reset"]
+__all__ = ["Binding", "StepGemm", "available", "backend_name", "gemm", "handle_for", "pointer", "reset"]
 
 
 # cuBLAS's enumerations (cublas_api.h, library_types.h): stable parts of the C API.
@@ -143,13 +142,13 @@ def backend_name():
 
 
 def handle_for(device, stream):
-    """The cuBLAS handle of ``(device, stream)``: created on first use, its stream set once.
+    """The cuBLAS handle of ``(device, stream)`` for this host thread: created on first use, its stream set once.
 
-    ``stream`` is a raw stream handle (an int). Calls on one stream hold
-    that stream's arena lock (:func:`nblstm.cuda.launch.call`), so a handle
-    is never used by two host threads at once.
+    ``stream`` is a raw stream handle (an int; 0 for the default stream, as
+    Numba passes it). One handle per host thread, as cuBLAS asks: calls in
+    several dtypes on one stream hold different arena locks.
     """
-    key = (device, stream)
+    key = (device, stream, threading.get_ident())
     handle = _HANDLES.get(key)
     if handle is None:
         binding = _binding()
@@ -162,7 +161,8 @@ def handle_for(device, stream):
     return handle
 
 
-def _pointer(array):
+def pointer(array):
+    """The address of ``array``'s first element (a host address in the simulator)."""
     if SIMULATOR:  # the simulator's arrays are NumPy arrays on the host
         return array._ary.ctypes.data
     return array.__cuda_array_interface__["data"][0]
@@ -176,6 +176,21 @@ def _row_stride(array):
     if col != 1 and cols > 1:
         raise ValueError("cuBLAS needs rows of contiguous elements")
     return max(row if rows > 1 else cols, cols, 1)
+
+
+def _gemm_ex(handle, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, scalars, precision, dtype):
+    """Row-major ``c [M, N] = op(a) @ op(b) + beta c`` at raw addresses; ``scalars``: ctypes ``(alpha, beta)``."""
+    data_type = _DATA_TYPE[dtype]
+    # Column-major C^T [N, M] = op(b)^T @ op(a)^T: b is cuBLAS's first operand.
+    _binding().gemm_ex(
+        handle, _OP_T if trans_b else _OP_N, _OP_T if trans_a else _OP_N, n, m, k,
+        ctypes.addressof(scalars[0]), b, data_type, ldb, a, data_type, lda,
+        ctypes.addressof(scalars[1]), c, data_type, ldc, _COMPUTE[(precision, dtype)], _GEMM_DEFAULT)
+
+
+def _scalars(dtype, beta):
+    scalar = _SCALAR[dtype]
+    return scalar(1.0), scalar(beta)
 
 
 def gemm(handle, a, b, c, trans_a, trans_b, beta, precision):
@@ -193,18 +208,44 @@ def gemm(handle, a, b, c, trans_a, trans_b, beta, precision):
     beta : float
         0 or 1.
     precision : str
-        One of :data:`PRECISIONS`, valid for ``c``'s dtype.
+        One of :data:`nblstm.options.PRECISIONS`, valid for ``c``'s dtype.
     """
     m, n = c.shape
     k = a.shape[0] if trans_a else a.shape[1]
     dtype = np.dtype(c.dtype)
-    data_type = _DATA_TYPE[dtype]
-    scalar = _SCALAR[dtype]
-    alpha_value, beta_value = scalar(1.0), scalar(beta)
-    # Column-major C^T [N, M] = op(b)^T @ op(a)^T: b is cuBLAS's first operand.
-    _binding().gemm_ex(
-        handle, _OP_T if trans_b else _OP_N, _OP_T if trans_a else _OP_N, n, m, k,
-        ctypes.addressof(alpha_value), _pointer(b), data_type, _row_stride(b),
-        _pointer(a), data_type, _row_stride(a),
-        ctypes.addressof(beta_value), _pointer(c), data_type, _row_stride(c),
-        _COMPUTE[(precision, dtype)], _GEMM_DEFAULT)
+    _gemm_ex(handle, trans_a, trans_b, m, n, k, pointer(a), _row_stride(a), pointer(b), _row_stride(b), pointer(c),
+             _row_stride(c), _scalars(dtype, beta), precision, dtype)
+
+
+class StepGemm:
+    """``c = a @ op(b) + beta c`` for one fixed ``b`` and fixed shapes, called with the addresses of ``a`` and ``c``.
+
+    The per-step products of the time loop (:mod:`nblstm.cuda.fused`): the
+    arguments are converted once, so that a step costs one binding call.
+
+    Parameters
+    ----------
+    handle : int
+    b : [K, N] device array, or [N, K] when ``trans_b``
+        Rows contiguous (a row slice of a C-contiguous array).
+    rows : int
+        ``M``: rows of ``a`` (``[M, K]``) and ``c`` (``[M, N]``), both C-contiguous.
+    trans_b : bool
+    beta : float
+        0 or 1.
+    precision : str
+    """
+
+    def __init__(self, handle, b, rows, trans_b, beta, precision):
+        k, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+        self.dtype = np.dtype(b.dtype)
+        self._fixed = (handle, False, trans_b, rows, n, k)
+        self._b = (pointer(b), _row_stride(b))
+        self._dims = (k, n)
+        self._scalars = _scalars(self.dtype, beta)
+        self._precision = precision
+
+    def __call__(self, a, c):
+        """One product: ``a`` and ``c`` are the addresses of ``[M, K]`` and ``[M, N]`` C-contiguous arrays."""
+        k, n = self._dims
+        _gemm_ex(*self._fixed, a, k, *self._b, c, n, self._scalars, self._precision, self.dtype)

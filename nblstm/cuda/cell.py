@@ -52,7 +52,7 @@ from .cell_kernels import backward_h_step, backward_units_step, forward_step, pr
 from .config import SB, SJ, ceil_div, padded, size
 from .elementwise import gather_rows, masked_outputs, scatter_add_rows, write_state
 from .interop import as_device
-from .launch import Repeat, call, regions
+from .launch import LOOPS, Repeat, call, regions
 
 __all__ = ["DeviceWeights", "sequence_backward", "sequence_forward"]
 
@@ -269,17 +269,31 @@ def _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells, hs, m
                         run.dtype.type(0))
     block = (SJ, SB)
     rows = ceil_div(batch, SB)
+    # With the per-step GEMM loop cuBLAS adds h[t - 1] @ kernel[I:] to gates[t] (and computes r[t] @ projection
+    # into h_raw[t]) before each step's kernel, which then only runs the gate maths.
+    given = run.step_gemm()
     step = Repeat(forward_step, (ceil_div(units, SJ), rows), block, run.stream,
                   (gates, c0, h0, w.w_rec, d_lengths, w.w_i, w.w_f, w.w_o, run.one, forget_bias,
-                   cell_clip, clip_on, act, w.use_peepholes, w.has_proj, cells, hs))
+                   cell_clip, clip_on, act, w.use_peepholes, w.has_proj, cells, hs, given))
     project = None
     if w.has_proj:
         project = Repeat(project_step, (ceil_div(depth, SJ), rows), block, run.stream,
-                         (cells, h0, w.projection, d_lengths, run.one, proj_clip, proj_clip_on, hs))
+                         (cells, h0, w.projection, d_lengths, run.one, proj_clip, proj_clip_on, hs, given))
+    if given:
+        recurrent = run.step_product(w.w_rec, batch, accumulate=True)
+        projected = run.step_product(w.projection, batch) if w.has_proj else None
+        gate_rows, h_rows = gates.reshape(s * batch, 4 * units), hs[1].reshape(s * batch, depth)
+        r_rows, h_raw_rows = cells[3].reshape(s * batch, units), hs[0].reshape(s * batch, depth)
     for t in range(s):
+        if given:
+            recurrent(h0 if t == 0 else h_rows, 0 if t == 0 else (t - 1) * batch, gate_rows, t * batch)
         step(t)
         if project is not None:
+            if given:
+                projected(r_rows, t * batch, h_raw_rows, t * batch)
             project(t)
+    if given:
+        LOOPS["gemm-steps"] += 1
 
 
 def sequence_backward(saved, d_outputs, d_c, d_h, join_state):
@@ -377,16 +391,35 @@ def _backward_steps(run, saved, d_out, dc, dh, d_x, d_weights):
     dh_raw = run.scratch((s, batch, depth)) if w.has_proj else dgates
     block = (SJ, SB)
     rows = ceil_div(batch, SB)
+    # With the per-step GEMM loop cuBLAS computes each step's carried product before its kernel:
+    # dgates[t + 1] @ kernel[I:]^T into carried_h ([B, P]), and with a projection dh_raw[t] @ projection^T
+    # into carried_r ([B, H]; without one, r is h and that product is dgates[t + 1] @ kernel[I:]^T).
+    given = run.step_gemm()
+    carried_h = run.scratch((batch, depth)) if given else dh
+    carried_r = (run.scratch((batch, units)) if w.has_proj else carried_h) if given else dc
     h_step = Repeat(backward_h_step, (ceil_div(depth, SJ), rows), block, run.stream,
-                         (s, dgates, w.w_rec, d_lengths, d_out, hs, run.one, proj_clip, proj_clip_on, dh, dh_raw))
+                    (s, dgates, w.w_rec, d_lengths, d_out, hs, run.one, proj_clip, proj_clip_on, dh, dh_raw, given,
+                     carried_h))
     units_step = Repeat(backward_units_step, (ceil_div(units, SJ), rows), block, run.stream,
-                             (s, c0, gates, cells, dh_raw, w.w_rec, w.projection, d_lengths, d_out, w.w_i, w.w_f,
-                              w.w_o, run.one, cell_clip, clip_on, act, w.use_peepholes, w.has_proj,
-                              dgates, dc, dh))
+                        (s, c0, gates, cells, dh_raw, w.w_rec, w.projection, d_lengths, d_out, w.w_i, w.w_f,
+                         w.w_o, run.one, cell_clip, clip_on, act, w.use_peepholes, w.has_proj,
+                         dgates, dc, dh, given, carried_r))
+    if given:
+        through_w = run.step_product(w.w_rec, batch, trans_b=True)
+        through_proj = run.step_product(w.projection, batch, trans_b=True) if w.has_proj else None
+        dgate_rows = dgates.reshape(s * batch, 4 * units)
+        dh_raw_rows = dh_raw.reshape(s * batch, depth) if w.has_proj else None
     for t in range(s - 1, -1, -1):
+        if given and t + 1 < s:
+            through_w(dgate_rows, (t + 1) * batch, carried_h, 0)
         if w.has_proj:
             h_step(t)
+            if given:
+                through_proj(dh_raw_rows, t * batch, carried_r, 0)
         units_step(t)
+    if given:
+        through_w(dgate_rows, 0, carried_h, 0)
+        LOOPS["gemm-steps"] += 1
     h_step(-1)  # the gradient of h0 from the first step's gate gradients
     # After the loop: d_x = dG @ kernel[:I]^T, d_kernel = [x; h_{t-1}]^T @ dG,
     # d_bias = column sums of dG, d_projection = r^T @ dh_raw.

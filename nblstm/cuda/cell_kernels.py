@@ -8,6 +8,13 @@ device functions that synchronise the block (:mod:`nblstm.cuda.tiles`).
 The gate maths is :func:`nblstm.spec.cell_forward_unit` and
 :func:`nblstm.spec.cell_backward_unit`, the functions the CPU kernels run.
 ``h`` is the cell's output state (TensorFlow's ``m``).
+
+Each kernel computes its step's product (its slice of ``h @ kernel[I:]``,
+of ``r @ projection``, or of a carried gradient) in shared-memory tiles,
+unless ``given``: then cuBLAS computed it before the launch (the per-step
+GEMM loop of :mod:`nblstm.cuda.cell`, :meth:`nblstm.cuda.launch.Launcher.step_gemm`)
+and the kernel reads it: a step is then one product and one elementwise
+kernel, as for the fused ops.
 """
 
 from numba import cuda
@@ -31,7 +38,7 @@ def thread_tile():
 @kernel("cell")
 def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS, w_i: A1, w_f: A1, w_o: A1, one: SCALAR,
                  forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL,
-                 cells: A4, hs: A4):
+                 cells: A4, hs: A4, given: BOOL):
     """Forward step ``t`` of every unit (before the projection).
 
     Parameters
@@ -61,11 +68,15 @@ def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS,
     hs : [2, S, B, P] array
         ``h_raw, h``; ``h[t - 1]`` is read. Without a projection this is
         ``cells[2:4]`` (``h`` is ``r``).
+    given : bool
+        ``gates[t]`` already holds ``h[t - 1] @ w_rec`` too.
     """
     batch, units = c0.shape
     jt, bt, j, b = thread_tile()
     zero = one - one
-    a_i, a_j, a_f, a_o = gate_dots(t, jt, bt, h0, hs[1], w_rec, 0, 1, 2, 3, zero)
+    a_i = a_j = a_f = a_o = zero
+    if not given:
+        a_i, a_j, a_f, a_o = gate_dots(t, jt, bt, h0, hs[1], w_rec, 0, 1, 2, 3, zero)
     if b < batch and j < units:
         c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
         if t < lengths[b]:
@@ -96,7 +107,7 @@ def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS,
 
 @kernel("cell")
 def project_step(t: I64, cells: A4, h0: A2, w_proj: A2, lengths: LENGTHS, one: SCALAR, proj_clip: SCALAR,
-                 proj_clip_on: BOOL, hs: A4):
+                 proj_clip_on: BOOL, hs: A4, given: BOOL):
     """Projection of step ``t``: ``h = clip(r @ projection)``, carried past an example's length.
 
     Parameters
@@ -111,12 +122,18 @@ def project_step(t: I64, cells: A4, h0: A2, w_proj: A2, lengths: LENGTHS, one: S
     proj_clip_on : bool
     hs : [2, S, B, P] array
         Output ``h_raw[t]`` (zero past the length) and ``h[t]``.
+    given : bool
+        ``h_raw[t]`` already holds ``r[t] @ w_proj`` for every row.
     """
     batch, depth = h0.shape
     pt, bt, p, b = thread_tile()
     zero = one - one
-    acc = row_dot(cells[3, t], w_proj, False, pt, bt, zero)
+    acc = zero
+    if not given:
+        acc = row_dot(cells[3, t], w_proj, False, pt, bt, zero)
     if b < batch and p < depth:
+        if given:
+            acc = hs[0, t, b, p]
         if t < lengths[b]:
             hs[0, t, b, p] = acc
             hs[1, t, b, p] = clip_value(acc, proj_clip, proj_clip_on)
@@ -127,7 +144,7 @@ def project_step(t: I64, cells: A4, h0: A2, w_proj: A2, lengths: LENGTHS, one: S
 
 @kernel("cell")
 def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS, d_out: A3, hs: A4, one: SCALAR,
-                    proj_clip: SCALAR, proj_clip_on: BOOL, dh: A2, dh_raw: A3):
+                    proj_clip: SCALAR, proj_clip_on: BOOL, dh: A2, dh_raw: A3, given: BOOL, product: A2):
     """Backward step ``t`` of the output state ``h`` (with a projection), or the final carry (``t = -1``).
 
     Rows active at ``t + 1`` take the gradient of ``h[t]`` from that
@@ -154,12 +171,20 @@ def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS,
         The carried gradient of ``h``, updated in place.
     dh_raw : [S, B, P] array
         Output for step ``t``.
+    given : bool
+        ``product`` holds ``dgates[t + 1] @ w_rec^T`` (``t + 1 < steps``).
+    product : [B, P] array
+        Read when ``given``.
     """
     batch, depth = dh.shape
     pt, bt, p, b = thread_tile()
     zero = one - one
-    acc = next_step_dot(t, steps, dgates, w_rec, pt, bt, zero)
+    acc = zero
+    if not given:
+        acc = next_step_dot(t, steps, dgates, w_rec, pt, bt, zero)
     if b < batch and p < depth:
+        if given and t + 1 < steps:
+            acc = product[b, p]
         if t + 1 < lengths[b]:
             dh[b, p] = acc
         if t >= 0:
@@ -173,7 +198,8 @@ def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS,
 @kernel("cell")
 def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw: A3, w_rec: A2, w_proj: A2,
                         lengths: LENGTHS, d_out: A3, w_i: A1, w_f: A1, w_o: A1, one: SCALAR, cell_clip: SCALAR,
-                        clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL, dgates: A3, dc: A2, dh: A2):
+                        clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL, dgates: A3, dc: A2, dh: A2,
+                        given: BOOL, product: A2):
     """Backward step ``t`` of every unit: the gradient of ``r``, then the gate maths.
 
     With a projection ``dr = dh_raw[t] @ projection^T``. Without one,
@@ -207,6 +233,11 @@ def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw
         The carried gradient of the cell, updated in place.
     dh : [B, P] array
         The carried gradient of ``h``, updated in place without a projection.
+    given : bool
+        ``product`` holds ``dr`` before the carry: ``dh_raw[t] @ w_proj^T``
+        with a projection, else ``dgates[t + 1] @ w_rec^T`` (``t + 1 < steps``).
+    product : [B, H] array
+        Read when ``given``.
     """
     batch, units = c0.shape
     jt, bt, j, b = thread_tile()
@@ -215,11 +246,15 @@ def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw
     # that reaches row_dot both directly and through next_step_dot declares
     # its shared arrays twice, and NVVM rejects the IR.
     dr = zero
-    if has_proj:
+    if given:
+        pass
+    elif has_proj:
         dr = row_dot(dh_raw[t], w_proj, True, jt, bt, zero)
     elif t + 1 < steps:
         dr = row_dot(dgates[t + 1], w_rec, True, jt, bt, zero)
     if b < batch and j < units:
+        if given and (has_proj or t + 1 < steps):
+            dr = product[b, j]
         if not has_proj:
             if t + 1 < lengths[b]:
                 dh[b, j] = dr

@@ -31,7 +31,9 @@ __all__ = [
     "RESIDENT",
     "RESIDENT_CHUNK",
     "RESIDENT_LANES",
+    "RESIDENT_MAX_BATCH",
     "SB",
+    "STEP_GEMM",
     "SIMULATOR",
     "SJ",
     "SK",
@@ -83,9 +85,17 @@ BLAS = "auto"
 PERSISTENT = "auto"
 PERSISTENT_MAX_BATCH = 16
 
+#: When the time loops outside the persistent kernels run one GEMM per step (``h_{t-1} @ W_h`` onto the input
+#: projection, by cuBLAS) and one gate kernel, instead of one fused tiled kernel per step: ``"auto"`` (when the
+#: products run on cuBLAS), ``True`` (always: the tests run it on the tiled GEMM in the simulator) or ``False``.
+STEP_GEMM = "auto"
+
 #: Whether the persistent loops of the fused ops first try the kernels that keep ``W_h`` in shared memory
 #: (:mod:`nblstm.cuda.resident`): ``"auto"`` (where the slices fit on chip) or ``False``. Read at every call.
 RESIDENT = "auto"
+#: Largest batch the resident kernels take when :data:`PERSISTENT` is ``"auto"`` (a step's arithmetic grows with
+#: the batch while its weight traffic does not: past this the per-step cuBLAS loop takes over).
+RESIDENT_MAX_BATCH = 64
 #: Threads that share one hidden unit's products in the resident kernels (``blockDim.x``; read at every call).
 #: One warp on a GPU: a warp's lanes read consecutive shared-memory words. One in the simulator, where the sums
 #: then run in the order of the tiled step kernels (the simulator's results stay bit for bit those of the

@@ -30,7 +30,14 @@ element is written by one thread, reductions run in a fixed order.
 from ..options import clip_scalars
 from ..spec import GATE_BLOCKS
 from .config import size
-from .fused_kernels import backward_persistent, backward_step, forward_persistent, forward_step
+from .fused_kernels import (
+    backward_gates,
+    backward_persistent,
+    backward_step,
+    forward_gates,
+    forward_persistent,
+    forward_step,
+)
 from .launch import call, regions
 from .resident import backward_resident, forward_resident
 
@@ -72,10 +79,22 @@ def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, o
     # Absent peephole weights are never used: any array of at least H elements stands in.
     wci, wcf, wco = (b if p is None else p for p in (wci, wcf, wco))
     # The options as kernel scalars: here only.
-    args = (xw, cs_prev, h_prev, w[inputs:], wci, wcf, wco, run.one, dt(options.forget_bias),
-            *clip_scalars(options.cell_clip, dt, positive=True), bool(options.use_peephole), *_blocks(options.layout),
-            out)
-    run.recurrence(forward_persistent, forward_step, args, s, batch, units, resident=forward_resident)
+    maths = (run.one, dt(options.forget_bias), *clip_scalars(options.cell_clip, dt, positive=True),
+             bool(options.use_peephole), *_blocks(options.layout), out)
+    w_rec = w[inputs:]
+    args = (xw, cs_prev, h_prev, w_rec, wci, wcf, wco, *maths)
+
+    def gemm_steps():
+        # Per step: xw[t] += h_{t-1} @ W_h (cuBLAS), then the gate maths.
+        product = run.step_product(w_rec, batch, accumulate=True)
+        gates = run.repeat_linear(forward_gates, batch * units, (xw, cs_prev, wci, wcf, wco, *maths))
+        h_seq, xw_rows = out[6].reshape(steps * batch, units), xw.reshape(s * batch, 4 * units)
+        for t in range(s):
+            product(h_prev if t == 0 else h_seq, 0 if t == 0 else (t - 1) * batch, xw_rows, t * batch)
+            gates(t)
+
+    run.recurrence(forward_persistent, forward_step, args, s, batch, units, resident=forward_resident,
+                   gemm_steps=gemm_steps)
 
 
 def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, options, dgates,
@@ -109,8 +128,22 @@ def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s
     use_peephole = bool(options.use_peephole)
     args = (cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, run.one, use_peephole,
             *blocks_layout, dgates, dc)
+
+    def gemm_steps():
+        # Per step: dh = dgates[t + 1] @ W_h^T (cuBLAS; none at the last step), then the gate maths.
+        dh = run.scratch((batch, units))
+        product = run.step_product(w_rec, batch, trans_b=True)
+        gates = run.repeat_linear(backward_gates, batch * units, (s, dh, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad,
+                                                                  h_grad, wci, wcf, wco, run.one, use_peephole,
+                                                                  *blocks_layout, dgates, dc))
+        dgate_rows = dgates.reshape(s * batch, 4 * units)
+        for t in range(s - 1, -1, -1):
+            if t + 1 < s:
+                product(dgate_rows, (t + 1) * batch, dh, 0)
+            gates(t)
+
     run.recurrence(backward_persistent, backward_step, args, s, batch, units, reverse=True,
-                   step_args=(s,), resident=backward_resident)
+                   step_args=(s,), resident=backward_resident, gemm_steps=gemm_steps)
     if use_peephole:
         run.peephole_grads(s, cs_prev, cs_, dgates, blocks_layout, peephole_grads)
 

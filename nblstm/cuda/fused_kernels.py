@@ -15,8 +15,47 @@ from .config import SB, SJ
 from .registry import A1, A2, A3, A4, BOOL, I64, SCALAR, kernel
 from .tiles import gate_dots, next_step_dot
 
-__all__ = ["backward_persistent", "backward_step", "backward_tile", "forward_persistent", "forward_step",
-           "forward_tile"]
+__all__ = ["backward_gates", "backward_persistent", "backward_step", "backward_tile", "backward_unit_at",
+           "forward_gates", "forward_persistent", "forward_step", "forward_tile", "forward_unit_at"]
+
+
+@cuda.jit(device=True)
+def forward_unit_at(t, b, j, pre_i, pre_c, pre_f, pre_o, cs_prev, wci, wcf, wco, one, forget_bias, cell_clip, clip_on,
+                    use_peephole, out):
+    """The gate maths of unit ``j`` of row ``b`` at step ``t`` from its four pre-activations; writes
+    ``out[:, t, b, j]``.
+
+    ``c_{t-1}`` is ``cs_prev`` at ``t == 0``, else ``out[1, t - 1]``. Every
+    forward loop (tiled, resident, per-step GEMM) ends in this function.
+    """
+    c_prev = cs_prev[b, j] if t == 0 else out[1, t - 1, b, j]
+    i, ci, f, o, cs, co, h = forward_unit(pre_i, pre_c, pre_f, pre_o, c_prev, wci[j], wcf[j], wco[j], forget_bias,
+                                          cell_clip, clip_on, use_peephole, one)
+    out[0, t, b, j] = i
+    out[1, t, b, j] = cs
+    out[2, t, b, j] = f
+    out[3, t, b, j] = o
+    out[4, t, b, j] = ci
+    out[5, t, b, j] = co
+    out[6, t, b, j] = h
+
+
+@cuda.jit(device=True)
+def backward_unit_at(t, b, j, dh, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, wci, wcf, wco, one, use_peephole, bi,
+                     bc, bf, bo, dgates, dc):
+    """The backward gate maths of unit ``j`` of row ``b`` at step ``t`` from the total ``dh``; writes
+    ``dgates[t, b]``'s four columns of ``j`` and updates the carried ``dc[b, j]``. Every backward loop ends in it."""
+    units = cs_prev.shape[1]
+    c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+    di, dci, df, do, dc_prev = backward_unit(
+        dh, cs_grad[t, b, j] + dc[b, j], i_[t, b, j], ci_[t, b, j], f_[t, b, j], o_[t, b, j], co_[t, b, j], c_prev,
+        wci[j], wcf[j], wco[j], use_peephole, one,
+    )
+    dgates[t, b, bi * units + j] = di
+    dgates[t, b, bc * units + j] = dci
+    dgates[t, b, bf * units + j] = df
+    dgates[t, b, bo * units + j] = do
+    dc[b, j] = dc_prev
 
 
 @cuda.jit(device=True)
@@ -53,21 +92,9 @@ def forward_tile(t, jt, bt, xw, cs_prev, h_prev, w_rec, wci, wcf, wco, one, forg
     b = bt * SB + cuda.threadIdx.y
     acc_i, acc_c, acc_f, acc_o = gate_dots(t, jt, bt, h_prev, out[6], w_rec, bi, bc, bf, bo, one - one)
     if b < batch and j < units:
-        c_prev = cs_prev[b, j] if t == 0 else out[1, t - 1, b, j]
-        i, ci, f, o, cs, co, h = forward_unit(
-            acc_i + xw[t, b, bi * units + j],
-            acc_c + xw[t, b, bc * units + j],
-            acc_f + xw[t, b, bf * units + j],
-            acc_o + xw[t, b, bo * units + j],
-            c_prev, wci[j], wcf[j], wco[j], forget_bias, cell_clip, clip_on, use_peephole, one,
-        )
-        out[0, t, b, j] = i
-        out[1, t, b, j] = cs
-        out[2, t, b, j] = f
-        out[3, t, b, j] = o
-        out[4, t, b, j] = ci
-        out[5, t, b, j] = co
-        out[6, t, b, j] = h
+        forward_unit_at(t, b, j, acc_i + xw[t, b, bi * units + j], acc_c + xw[t, b, bc * units + j],
+                        acc_f + xw[t, b, bf * units + j], acc_o + xw[t, b, bo * units + j], cs_prev, wci, wcf, wco,
+                        one, forget_bias, cell_clip, clip_on, use_peephole, out)
 
 
 @kernel("fused")
@@ -134,17 +161,8 @@ def backward_tile(t, steps, jt, bt, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad,
     zero = one - one
     acc = next_step_dot(t, steps, dgates, w_rec, jt, bt, zero)
     if b < batch and j < units:
-        c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
-        di, dci, df, do, dc_prev = backward_unit(
-            h_grad[t, b, j] + acc, cs_grad[t, b, j] + dc[b, j],
-            i_[t, b, j], ci_[t, b, j], f_[t, b, j], o_[t, b, j], co_[t, b, j], c_prev,
-            wci[j], wcf[j], wco[j], use_peephole, one,
-        )
-        dgates[t, b, bi * units + j] = di
-        dgates[t, b, bc * units + j] = dci
-        dgates[t, b, bf * units + j] = df
-        dgates[t, b, bo * units + j] = do
-        dc[b, j] = dc_prev
+        backward_unit_at(t, b, j, h_grad[t, b, j] + acc, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, wci, wcf, wco,
+                         one, use_peephole, bi, bc, bf, bo, dgates, dc)
 
 
 @kernel("fused")
@@ -171,3 +189,39 @@ def backward_persistent(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3
             backward_tile(t, steps, tile % tiles_j, tile // tiles_j, cs_prev, i_, cs_, f_, o_, ci_, co_,
                           cs_grad, h_grad, w_rec, wci, wcf, wco, one, use_peephole, bi, bc, bf, bo, dgates, dc)
         grid.sync()
+
+
+@kernel("fused")
+def forward_gates(t: I64, xw: A3, cs_prev: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR, forget_bias: SCALAR,
+                  cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL, bi: I64, bc: I64, bf: I64, bo: I64, out: A4):
+    """The gate maths of step ``t`` once ``xw[t]`` holds the whole pre-activations (cuBLAS added ``h_{t-1} @ W_h``).
+
+    A grid-stride loop over the ``B * H`` units of the step: the per-step
+    GEMM loop of larger batches (:func:`nblstm.cuda.fused._forward_gemm_steps`).
+    """
+    batch, units = cs_prev.shape
+    for e in range(cuda.grid(1), batch * units, cuda.gridsize(1)):
+        b = e // units
+        j = e % units
+        forward_unit_at(t, b, j, xw[t, b, bi * units + j], xw[t, b, bc * units + j], xw[t, b, bf * units + j],
+                        xw[t, b, bo * units + j], cs_prev, wci, wcf, wco, one, forget_bias, cell_clip, clip_on,
+                        use_peephole, out)
+
+
+@kernel("fused")
+def backward_gates(t: I64, steps: I64, dh: A2, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3, co_: A3,
+                   cs_grad: A3, h_grad: A3, wci: A1, wcf: A1, wco: A1, one: SCALAR, use_peephole: BOOL, bi: I64,
+                   bc: I64, bf: I64, bo: I64, dgates: A3, dc: A2):
+    """The backward gate maths of step ``t`` once ``dh`` holds ``dgates[t + 1] @ W_h^T`` (not read at the last step).
+
+    A grid-stride loop over the ``B * H`` units of the step (the per-step
+    GEMM loop of larger batches).
+    """
+    batch, units = cs_prev.shape
+    last = t + 1 >= steps
+    for e in range(cuda.grid(1), batch * units, cuda.gridsize(1)):
+        b = e // units
+        j = e % units
+        carried = h_grad[t, b, j] if last else h_grad[t, b, j] + dh[b, j]
+        backward_unit_at(t, b, j, carried, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, wci, wcf, wco, one,
+                         use_peephole, bi, bc, bf, bo, dgates, dc)

@@ -11,6 +11,7 @@ GPU no pointer is queried for its device. :func:`call` opens one
 entry-point call: checks, device, stream, arena, :class:`Launcher`.
 """
 
+import collections
 import contextlib
 import functools
 
@@ -52,7 +53,11 @@ from .interop import (
 )
 from .resident import RB, shared_words
 
-__all__ = ["Arena", "Launcher", "Repeat", "arena_for", "call", "regions", "release_workspaces"]
+__all__ = ["LOOPS", "Arena", "Launcher", "Repeat", "arena_for", "call", "regions", "release_workspaces"]
+
+#: How many time loops of each kind this process ran (:meth:`Launcher.recurrence`): ``"resident"``,
+#: ``"gemm-steps"``, ``"persistent"``, ``"per-step"``. For benchmarks and tests, which clear it.
+LOOPS = collections.Counter()
 
 
 class Arena:
@@ -185,7 +190,7 @@ class Launcher:
     wrap : callable
         Turns a Numba device array into the caller's array kind.
     precision : str
-        Precision of the GEMMs (:data:`nblstm.cuda.blas.PRECISIONS`); anything
+        Precision of the GEMMs (:data:`nblstm.options.PRECISIONS`); anything
         but ``"exact"`` needs cuBLAS (checked by :func:`call`).
 
     Attributes
@@ -358,44 +363,89 @@ class Launcher:
         bi, _, bf, bo = blocks
         self._linear(peephole_grads, units, steps, cs_prev, cs_, dgates, bi, bf, bo, self.dtype.type(0), *out)
 
-    def recurrence(self, persistent, step, args, steps, batch, units, reverse=False, step_args=(), resident=None):
-        """Run the time loop: one cooperative launch of ``resident`` or ``persistent``, or one launch of ``step``
-        per step.
+    def recurrence(self, persistent, step, args, steps, batch, units, reverse=False, step_args=(), resident=None,
+                   gemm_steps=None):
+        """Run the time loop, the first of these that applies:
 
-        ``resident`` (:mod:`nblstm.cuda.resident`; its forward kernel unless
-        ``reverse``) is called with ``(steps, *args, per_block, chunk)`` where
-        :meth:`resident_plan` finds it fits, ``persistent`` with ``(steps,
-        *args)``, ``step`` with ``(t, *step_args, *args)`` for ``t`` in order
-        (reversed with ``reverse``).
+        1. one cooperative launch of ``resident`` (:mod:`nblstm.cuda.resident`;
+           its forward kernel unless ``reverse``), called with ``(steps, *args,
+           per_block, chunk)``, where :meth:`resident_plan` finds it fits;
+        2. ``gemm_steps()``, a loop of one GEMM and one gate kernel per step,
+           where :meth:`step_gemm` says so: cuBLAS reads ``W_h`` once per step,
+           where the tiled loops below read it again for every tile of 4 rows;
+        3. one cooperative launch of ``persistent`` with ``(steps, *args)``
+           (small batches);
+        4. one launch of ``step`` per step with ``(t, *step_args, *args)`` for
+           ``t`` in order (reversed with ``reverse``).
         """
         if resident is not None:
             plan = self.resident_plan(resident, (steps, *args), batch, units, not reverse)
             if plan is not None:
                 blocks, block, nbytes, per_block, chunk = plan
                 resident[blocks, block, self.stream, nbytes](steps, *args, per_block, chunk)
+                LOOPS["resident"] += 1
                 return
+        if gemm_steps is not None and self.step_gemm():
+            gemm_steps()
+            LOOPS["gemm-steps"] += 1
+            return
         block = (SJ, SB)
         blocks = self.persistent_grid(persistent, (steps, *args), batch, units)
         if blocks:
             persistent[blocks, block, self.stream](steps, *args)
+            LOOPS["persistent"] += 1
             return
+        LOOPS["per-step"] += 1
         grid = (ceil_div(units, SJ), ceil_div(batch, SB))
         launch = Repeat(step, grid, block, self.stream, (*step_args, *args))
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
             launch(t)
+
+    def step_gemm(self):
+        """Whether the time loop runs one GEMM per step (:data:`nblstm.cuda.config.STEP_GEMM`)."""
+        return config.STEP_GEMM is True or (config.STEP_GEMM == "auto" and self.blas is not None)
+
+    def repeat_linear(self, kernel, n, args):
+        """A :class:`Repeat` of the grid-stride ``kernel`` over ``n`` elements: ``launch(t)`` runs
+        ``kernel(t, *args)``."""
+        blocks = max(1, min(ceil_div(n, LINEAR_THREADS), LINEAR_MAX_BLOCKS))
+        return Repeat(kernel, blocks, LINEAR_THREADS, self.stream, args)
+
+    def step_product(self, b, rows, trans_b=False, accumulate=False):
+        """``product(a, a_row, c, c_row)``: ``c[c_row:c_row + rows] = a[a_row:a_row + rows] @ op(b) [+ c[...]]``.
+
+        ``a: [R, K]`` and ``c: [R', N]`` are C-contiguous. On cuBLAS the
+        arguments are converted once and each call passes two addresses
+        (:class:`nblstm.cuda.blas.StepGemm`): a step makes no array view.
+        Otherwise it is :meth:`gemm` on views.
+        """
+        if self.blas is None:
+            return lambda a, a_row, c, c_row: self.gemm(a[a_row:a_row + rows], b, c[c_row:c_row + rows],
+                                                        trans_b=trans_b, accumulate=accumulate)
+        product = blas.StepGemm(self.blas, b, rows, trans_b, 1.0 if accumulate else 0.0, self.precision)
+        bases = {}
+
+        def address(array, row):
+            base = bases.get(id(array))
+            if base is None:
+                base = bases[id(array)] = (blas.pointer(array), array.strides[0])
+            return base[0] + row * base[1]
+
+        return lambda a, a_row, c, c_row: product(address(a, a_row), address(c, c_row))
 
     def resident_plan(self, kernel, args, batch, units, forward):
         """``(blocks, block, shared bytes, per_block, chunk)`` of a resident launch of ``kernel``, or ``None``.
 
         ``None`` where the persistent loops are off (:data:`~nblstm.cuda.config.PERSISTENT`,
         :data:`~nblstm.cuda.config.RESIDENT`), the batch exceeds
-        :data:`nblstm.cuda.resident.RB`, or the slices do not fit: one block
-        per multiprocessor, each with its ``U = ceil(H / SMs)`` units' weights
-        and a reduction buffer within the opt-in shared memory of a block.
+        :data:`~nblstm.cuda.config.RESIDENT_MAX_BATCH` (with ``PERSISTENT``
+        ``"auto"``), or the slices do not fit: one block per multiprocessor,
+        each with its ``U = ceil(H / SMs)`` units' weights and a reduction
+        buffer within the opt-in shared memory of a block.
         """
-        if config.PERSISTENT is False or config.RESIDENT is False or not 1 <= batch <= RB:
+        if config.PERSISTENT is False or config.RESIDENT is False or batch < 1:
             return None
-        if config.PERSISTENT == "auto" and batch > config.PERSISTENT_MAX_BATCH:
+        if config.PERSISTENT == "auto" and batch > config.RESIDENT_MAX_BATCH:
             return None
         lanes = int(config.RESIDENT_LANES)
         k_total = units if forward else 4 * units
@@ -410,7 +460,7 @@ class Launcher:
         fixed = shared_words(forward, per_block, units, batch, lanes, 0)
         if fixed > budget:
             return None
-        chunk = min(k_total, (budget - fixed) // batch, config.RESIDENT_CHUNK or k_total)
+        chunk = min(k_total, (budget - fixed) // min(batch, RB), config.RESIDENT_CHUNK or k_total)
         if chunk < k_total and chunk >= 32:
             chunk -= chunk % 32  # whole warps' worth of columns per staged chunk
         if chunk < 1:
@@ -419,8 +469,10 @@ class Launcher:
         blocks = ceil_div(units, per_block)
         block = (lanes, per_block)
         if not SIMULATOR:
-            argtypes = tuple(kernel.typeof_pyval(a) for a in (*args, 0, 0))
-            if _resident_limit(kernel, argtypes, cuda.get_current_device().id, block, nbytes) < blocks:
+            compiled = _compiled(kernel, tuple(kernel.typeof_pyval(a) for a in (*args, 0, 0)))
+            device_id = cuda.get_current_device().id
+            if not _allow_shared(compiled, device_id, nbytes) or _resident_blocks(compiled, device_id, block,
+                                                                                  nbytes) < blocks:
                 return None
         return blocks, block, nbytes, per_block, chunk
 
@@ -449,23 +501,37 @@ def _shared_optin(device_id):
 
 
 @functools.lru_cache(maxsize=64)
-def _resident_limit(kernel, argtypes, device_id, block, nbytes):
-    """Most blocks of one cooperative launch of a resident ``kernel`` with ``nbytes`` of dynamic shared memory.
+def _compiled(kernel, argtypes):
+    return kernel.compile(argtypes)
 
-    Above 48 KB the kernel's limit is raised first (the function attribute
-    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``); 0 where that fails.
-    Cached: once per kernel, argument types, device and size.
+
+def _allow_shared(compiled, device_id, nbytes):
+    """Let ``compiled`` launch with ``nbytes`` of dynamic shared memory on ``device_id``; False where that fails.
+
+    Above 48 KB a kernel needs the function attribute
+    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``. It is set to the
+    device's opt-in maximum, the same value whatever ``nbytes`` (a smaller
+    value set for one call would refuse a larger launch of another), and
+    at every call: a context reset forgets it, and setting it costs one
+    driver call.
     """
-    compiled = kernel.compile(argtypes)
-    if nbytes > 48 * 1024:
-        try:
-            from numba.cuda.cudadrv import driver as numba_driver
+    if nbytes <= 48 * 1024:
+        return True
+    try:
+        from numba.cuda.cudadrv import driver as numba_driver
 
-            attribute = numba_driver.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            cufunc = compiled._codelibrary.get_cufunc()
-            numba_driver.driver.cuKernelSetAttribute(attribute, nbytes, cufunc.handle, device_id)
-        except Exception:  # noqa: BLE001 - other Numba internals: no resident launch
-            return 0
+        attribute = numba_driver.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        cufunc = compiled._codelibrary.get_cufunc()
+        numba_driver.driver.cuKernelSetAttribute(attribute, _shared_optin(device_id), cufunc.handle, device_id)
+    except Exception:  # noqa: BLE001 - other Numba internals: no resident launch
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=256)
+def _resident_blocks(compiled, device_id, block, nbytes):
+    """Most blocks of one cooperative launch of ``compiled`` with ``nbytes`` of dynamic shared memory (cached:
+    the occupancy query costs more than a launch)."""
     return compiled.max_cooperative_grid_blocks(block, nbytes)
 
 
@@ -492,7 +558,7 @@ def regions(run, shapes):
 
 
 def check_precision(precision, dtype):
-    """Refuse a ``precision`` the GEMMs cannot honour here (:data:`nblstm.cuda.blas.PRECISIONS`).
+    """Refuse a ``precision`` the GEMMs cannot honour here (:data:`nblstm.options.PRECISIONS`).
 
     Raises
     ------
@@ -543,10 +609,7 @@ def call(named, stream, wrap=None, precision="exact"):
             run = Launcher(dtype, storage, launch_stream, arena, wrap or wrap_like(first, ordinal), precision)
             run.device = device
             if blas.available():
-                handle = stream_handle(launch_stream) or 0
-                if handle == 0 and getattr(numba_cuda_config, "CUDA_PER_THREAD_DEFAULT_STREAM", False):
-                    handle = 2  # CU_STREAM_PER_THREAD: the stream Numba launches on
-                run.blas = blas.handle_for(device, handle)
+                run.blas = blas.handle_for(device, stream_handle(launch_stream) or 0)
             try:
                 yield run
             finally:

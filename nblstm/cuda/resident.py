@@ -12,15 +12,16 @@ its slice of ``W_h`` into shared memory once, for the whole sequence:
 - backward: the rows ``W_h[j, :]`` of its units (``[U, 4H]``), which the
   carried ``dh[:, j] = dgates[t + 1] @ W_h[j, :]^T`` reads.
 
-A step stages the vector operand (``h_{t-1}``, or ``dgates[t + 1]``) in
-shared memory by chunks of ``chunk`` columns, and thread ``(lane, u)``
-accumulates unit ``u``'s products over the columns ``k = lane (mod
-lanes)`` for every batch row in registers (``B <= RB``; the four gates
-together in the forward, so that one load of ``h`` feeds four products).
-The lanes' partial sums are added in lane order through shared memory
-(fixed order: deterministic), the gate maths of :mod:`nblstm.spec` runs
-on them, and one grid barrier separates the steps. With one lane the sums
-run in the order of the tiled step kernels, bit for bit.
+A step takes the batch by groups of ``RB`` rows. For each group it stages
+the vector operand (``h_{t-1}``, or ``dgates[t + 1]``) in shared memory by
+chunks of ``chunk`` columns, and thread ``(lane, u)`` accumulates unit
+``u``'s products over the columns ``k = lane (mod lanes)`` for every row of
+the group in registers (the four gates together in the forward, so that
+one load of ``h`` feeds four products). The lanes' partial sums are added
+in lane order through shared memory (fixed order: deterministic) and the
+gate maths of :mod:`nblstm.spec` runs on them; one grid barrier separates
+the steps. With one lane the sums run in the order of the tiled step
+kernels, bit for bit.
 
 The launcher (:meth:`nblstm.cuda.launch.Launcher.recurrence`) picks ``U``
 so that the blocks fit the GPU at one block per multiprocessor, sizes the
@@ -30,35 +31,36 @@ shared-memory limit above 48 KB where the slice needs it.
 
 from numba import cuda
 
-from ..spec import backward_unit, forward_unit
-from .config import PERSISTENT_MAX_BATCH
+from .fused_kernels import backward_unit_at, forward_unit_at
 from .registry import A1, A2, A3, A4, BOOL, I64, SCALAR, kernel
 
 __all__ = ["RB", "backward_resident", "forward_resident", "shared_words"]
 
-#: Most batch rows of a resident launch: each thread keeps ``4 * RB`` sums in registers.
-RB = PERSISTENT_MAX_BATCH
+#: Batch rows of a group: each thread keeps ``4 * RB`` sums in registers (64 of its registers in the forward).
+RB = 16
 
 
 def shared_words(forward, per_block, units, batch, lanes, chunk):
     """Elements of dynamic shared memory a resident launch needs.
 
-    ``forward``: ``[4U, H]`` weights, the staging or reduction buffer, and
-    ``[4U, B]`` gate sums; backward: ``[U, 4H]`` weights and the buffer.
+    ``forward``: ``[4U, H]`` weights, the staging or reduction buffer of one
+    group of rows, and its ``[4U, RB]`` gate sums; backward: ``[U, 4H]``
+    weights and the buffer.
     """
     rows = 4 * per_block if forward else per_block
     k_total = units if forward else 4 * units
-    buffer = max(batch * chunk, rows * batch * (lanes + 1))
-    return rows * k_total + buffer + (rows * batch if forward else 0)
+    group = min(batch, RB)
+    buffer = max(group * chunk, rows * group * (lanes + 1))
+    return rows * k_total + buffer + (rows * group if forward else 0)
 
 
 @cuda.jit(device=True)
-def _stage(src, first, t, k0, kc, batch, chunk, buf, tid, nthreads):
-    """``buf[b * chunk + kk] = op[b, k0 + kk]`` where ``op`` is ``first`` at ``t < 0``, else ``src[t]``."""
-    for e in range(tid, batch * kc, nthreads):
+def _stage(src, first, t, g0, group, k0, kc, chunk, buf, tid, nthreads):
+    """``buf[b * chunk + kk] = op[g0 + b, k0 + kk]`` where ``op`` is ``first`` at ``t < 0``, else ``src[t]``."""
+    for e in range(tid, group * kc, nthreads):
         b = e // kc
         kk = e % kc
-        buf[b * chunk + kk] = first[b, k0 + kk] if t < 0 else src[t, b, k0 + kk]
+        buf[b * chunk + kk] = first[g0 + b, k0 + kk] if t < 0 else src[t, g0 + b, k0 + kk]
 
 
 @kernel("fused")
@@ -82,10 +84,11 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
     tid = u * lanes + lane
     zero = one - one
     rows = 4 * per_block
+    gs = min(batch, RB)  # rows of a group, the row stride of the sums
     smem = cuda.shared.array(0, w_rec.dtype)
     w_s = smem[:rows * units]
-    gate_s = smem[rows * units:rows * units + rows * batch]
-    buf = smem[rows * units + rows * batch:]
+    gate_s = smem[rows * units:rows * units + rows * gs]
+    buf = smem[rows * units + rows * gs:]
     j0 = cuda.blockIdx.x * per_block
     for e in range(tid, rows * units, nthreads):
         r = e // units
@@ -95,60 +98,53 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
         w_s[e] = w_rec[e % units, block * units + jj] if jj < units else zero
     cuda.syncthreads()
     j = j0 + u
+    base = 4 * u * units
     acc = cuda.local.array((4, RB), w_rec.dtype)
     for t in range(steps):
-        for b in range(RB):
-            for g in range(4):
-                acc[g, b] = zero
-        for k0 in range(0, units, chunk):
-            kc = min(chunk, units - k0)
-            _stage(out[6], h_prev, t - 1, k0, kc, batch, chunk, buf, tid, nthreads)
-            cuda.syncthreads()
-            base = 4 * u * units + k0
-            for kk in range(lane, kc, lanes):
-                w0 = w_s[base + kk]
-                w1 = w_s[base + units + kk]
-                w2 = w_s[base + 2 * units + kk]
-                w3 = w_s[base + 3 * units + kk]
-                for b in range(RB):
-                    if b < batch:
-                        hv = buf[b * chunk + kk]
-                        acc[0, b] += hv * w0
-                        acc[1, b] += hv * w1
-                        acc[2, b] += hv * w2
-                        acc[3, b] += hv * w3
-            cuda.syncthreads()
-        # The lanes' sums of unit u, gate g, row b at buf[((4u + g) B + b) (lanes + 1) + lane]: the padding
-        # column spreads the reads of one row's lanes over the banks.
-        for b in range(RB):
-            if b < batch:
+        for g0 in range(0, batch, RB):
+            group = min(RB, batch - g0)
+            for b in range(RB):
                 for g in range(4):
-                    buf[((4 * u + g) * batch + b) * (lanes + 1) + lane] = acc[g, b]
-        cuda.syncthreads()
-        for o in range(lane, 4 * batch, lanes):
-            row = (4 * u + o // batch) * batch + o % batch
-            s = buf[row * (lanes + 1)]
-            for q in range(1, lanes):
-                s += buf[row * (lanes + 1) + q]
-            gate_s[row] = s
-        cuda.syncthreads()
-        if j < units:
-            for b in range(lane, batch, lanes):
-                c_prev = cs_prev[b, j] if t == 0 else out[1, t - 1, b, j]
-                i, ci, f, o, cs, co, h = forward_unit(
-                    gate_s[(4 * u) * batch + b] + xw[t, b, bi * units + j],
-                    gate_s[(4 * u + 1) * batch + b] + xw[t, b, bc * units + j],
-                    gate_s[(4 * u + 2) * batch + b] + xw[t, b, bf * units + j],
-                    gate_s[(4 * u + 3) * batch + b] + xw[t, b, bo * units + j],
-                    c_prev, wci[j], wcf[j], wco[j], forget_bias, cell_clip, clip_on, use_peephole, one,
-                )
-                out[0, t, b, j] = i
-                out[1, t, b, j] = cs
-                out[2, t, b, j] = f
-                out[3, t, b, j] = o
-                out[4, t, b, j] = ci
-                out[5, t, b, j] = co
-                out[6, t, b, j] = h
+                    acc[g, b] = zero
+            for k0 in range(0, units, chunk):
+                kc = min(chunk, units - k0)
+                _stage(out[6], h_prev, t - 1, g0, group, k0, kc, chunk, buf, tid, nthreads)
+                cuda.syncthreads()
+                for kk in range(lane, kc, lanes):
+                    w0 = w_s[base + k0 + kk]
+                    w1 = w_s[base + units + k0 + kk]
+                    w2 = w_s[base + 2 * units + k0 + kk]
+                    w3 = w_s[base + 3 * units + k0 + kk]
+                    for b in range(RB):
+                        if b < group:
+                            hv = buf[b * chunk + kk]
+                            acc[0, b] += hv * w0
+                            acc[1, b] += hv * w1
+                            acc[2, b] += hv * w2
+                            acc[3, b] += hv * w3
+                cuda.syncthreads()
+            # The lanes' sums of unit u, gate g, row b at buf[((4u + g) gs + b) (lanes + 1) + lane]: the padding
+            # column spreads the reads of one row's lanes over the banks.
+            for b in range(RB):
+                if b < group:
+                    for g in range(4):
+                        buf[((4 * u + g) * gs + b) * (lanes + 1) + lane] = acc[g, b]
+            cuda.syncthreads()
+            for o in range(lane, 4 * group, lanes):
+                row = (4 * u + o // group) * gs + o % group
+                s = buf[row * (lanes + 1)]
+                for q in range(1, lanes):
+                    s += buf[row * (lanes + 1) + q]
+                gate_s[row] = s
+            cuda.syncthreads()
+            if j < units:
+                for b in range(lane, group, lanes):
+                    bb = g0 + b
+                    forward_unit_at(t, bb, j, gate_s[(4 * u) * gs + b] + xw[t, bb, bi * units + j],
+                                    gate_s[(4 * u + 1) * gs + b] + xw[t, bb, bc * units + j],
+                                    gate_s[(4 * u + 2) * gs + b] + xw[t, bb, bf * units + j],
+                                    gate_s[(4 * u + 3) * gs + b] + xw[t, bb, bo * units + j],
+                                    cs_prev, wci, wcf, wco, one, forget_bias, cell_clip, clip_on, use_peephole, out)
         grid.sync()
 
 
@@ -172,6 +168,7 @@ def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, 
     nthreads = lanes * cuda.blockDim.y
     tid = u * lanes + lane
     zero = one - one
+    gs = min(batch, RB)  # rows of a group, the row stride of the sums
     smem = cuda.shared.array(0, w_rec.dtype)
     w_s = smem[:per_block * gates]
     buf = smem[per_block * gates:]
@@ -181,42 +178,36 @@ def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, 
         w_s[e] = w_rec[jj, e % gates] if jj < units else zero
     cuda.syncthreads()
     j = j0 + u
+    base = u * gates
     acc = cuda.local.array(RB, w_rec.dtype)
     for step in range(steps):
         t = steps - 1 - step
-        for b in range(RB):
-            acc[b] = zero
-        if t + 1 < steps:  # the same for every thread of the grid: all reach the barriers below
-            for k0 in range(0, gates, chunk):
-                kc = min(chunk, gates - k0)
-                _stage(dgates, dgates[0], t + 1, k0, kc, batch, chunk, buf, tid, nthreads)
-                cuda.syncthreads()
-                base = u * gates + k0
-                for kk in range(lane, kc, lanes):
-                    wv = w_s[base + kk]
-                    for b in range(RB):
-                        if b < batch:
-                            acc[b] += buf[b * chunk + kk] * wv
-                cuda.syncthreads()
-        for b in range(RB):
-            if b < batch:
-                buf[(u * batch + b) * (lanes + 1) + lane] = acc[b]
-        cuda.syncthreads()
-        if j < units:
-            for b in range(lane, batch, lanes):
-                row = (u * batch + b) * (lanes + 1)
-                s = buf[row]
-                for q in range(1, lanes):
-                    s += buf[row + q]
-                c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
-                di, dci, df, do, dc_prev = backward_unit(
-                    h_grad[t, b, j] + s, cs_grad[t, b, j] + dc[b, j],
-                    i_[t, b, j], ci_[t, b, j], f_[t, b, j], o_[t, b, j], co_[t, b, j], c_prev,
-                    wci[j], wcf[j], wco[j], use_peephole, one,
-                )
-                dgates[t, b, bi * units + j] = di
-                dgates[t, b, bc * units + j] = dci
-                dgates[t, b, bf * units + j] = df
-                dgates[t, b, bo * units + j] = do
-                dc[b, j] = dc_prev
+        for g0 in range(0, batch, RB):
+            group = min(RB, batch - g0)
+            for b in range(RB):
+                acc[b] = zero
+            if t + 1 < steps:  # the same for every thread of the grid: all reach the barriers below
+                for k0 in range(0, gates, chunk):
+                    kc = min(chunk, gates - k0)
+                    _stage(dgates, dgates[0], t + 1, g0, group, k0, kc, chunk, buf, tid, nthreads)
+                    cuda.syncthreads()
+                    for kk in range(lane, kc, lanes):
+                        wv = w_s[base + k0 + kk]
+                        for b in range(RB):
+                            if b < group:
+                                acc[b] += buf[b * chunk + kk] * wv
+                    cuda.syncthreads()
+            for b in range(RB):
+                if b < group:
+                    buf[(u * gs + b) * (lanes + 1) + lane] = acc[b]
+            cuda.syncthreads()
+            if j < units:
+                for b in range(lane, group, lanes):
+                    row = (u * gs + b) * (lanes + 1)
+                    s = buf[row]
+                    for q in range(1, lanes):
+                        s += buf[row + q]
+                    backward_unit_at(t, g0 + b, j, h_grad[t, g0 + b, j] + s, cs_prev, i_, cs_, f_, o_, ci_, co_,
+                                     cs_grad, wci, wcf, wco, one, use_peephole, bi, bc, bf, bo, dgates, dc)
+            cuda.syncthreads()  # the next group stages into the buffer these sums were read from
         grid.sync()

@@ -225,3 +225,18 @@ def test_precisions_that_cannot_be_honoured_are_refused(fake, monkeypatch):
         _ops(a32, _dev, precision="tf32")
     assert not fake.calls
     assert nblstm.LSTM(3, 2, precision="tf32").precision == "tf32"
+
+
+def test_per_step_products_pass_the_addresses_of_each_step(fake, monkeypatch):
+    """Past the resident kernels' batch: one cuBLAS product and one gate kernel per step (:class:`blas.StepGemm`)."""
+    monkeypatch.setattr(ncuda.config, "RESIDENT_MAX_BATCH", 4)
+    batch = 6
+    a = _op_inputs(np.float32, steps=4, batch=batch, inputs=3, units=4, seed=5)
+    cpu = _ops(a, np.asarray)
+    gpu = _ops(a, _dev)
+    for k, (c, g) in enumerate(zip(cpu, gpu, strict=True)):
+        np.testing.assert_allclose(g, c, rtol=1e-5, atol=1e-5, err_msg=f"result {k}")
+    steps = [call for call in fake.calls if call["mnk"][1] == batch and call["mnk"][2] in (4, 16)]
+    # seq_len_max = 3: three forward steps (h @ W_h onto xw[t], beta = 1), two carried products backward
+    # (dgates[t + 1] @ W_h^T, beta = 0); h_prev_grad has the same shape as the latter.
+    assert [(c["mnk"], c["beta"]) for c in steps] == [((16, batch, 4), 1.0)] * 3 + [((4, batch, 16), 0.0)] * 3

@@ -32,17 +32,19 @@ def bench():
 
 
 def test_loop_variants(bench):
-    with_resident = SimpleNamespace(PERSISTENT="auto", RESIDENT="auto", PERSISTENT_MAX_BATCH=16)
-    labels = [label for label, _ in bench.loop_variants(with_resident, 4)]
-    assert labels[0] == "default" and len(labels) == 5
-    settings = [s for _, s in bench.loop_variants(with_resident, 4)]
-    assert {"PERSISTENT": True, "RESIDENT": False} in settings
-    assert bench.loop_variants(with_resident, 17) == [("default", {})]
-    without = SimpleNamespace(PERSISTENT="auto", PERSISTENT_MAX_BATCH=16)
-    assert [s for _, s in bench.loop_variants(without, 1)] == [{}, {"PERSISTENT": False}, {"PERSISTENT": True}]
-    with bench.config_set(with_resident, {"PERSISTENT": False}):
-        assert with_resident.PERSISTENT is False
-    assert with_resident.PERSISTENT == "auto"
+    config = SimpleNamespace(PERSISTENT="auto", RESIDENT="auto", STEP_GEMM="auto", PERSISTENT_MAX_BATCH=16)
+    labels = [label for label, _ in bench.loop_variants(config, 4)]
+    assert labels == ["default", "resident", "gemm-steps", "tiled persistent", "tiled per-step"]
+    settings = dict(bench.loop_variants(config, 4))
+    assert settings["tiled persistent"] == {"PERSISTENT": True, "RESIDENT": False, "STEP_GEMM": False}
+    assert "tiled persistent" not in dict(bench.loop_variants(config, 17))
+    older = SimpleNamespace(PERSISTENT="auto", PERSISTENT_MAX_BATCH=16)
+    assert [label for label, _ in bench.loop_variants(older, 1)] == ["default"]
+    assert bench.variant_precisions("gemm-steps") == bench.PRECISIONS
+    assert bench.variant_precisions("resident") == ("exact",)
+    with bench.config_set(config, {"PERSISTENT": False}):
+        assert config.PERSISTENT is False
+    assert config.PERSISTENT == "auto"
 
 
 def test_parsing_and_formatting(bench):
@@ -63,10 +65,10 @@ def test_parsing_and_formatting(bench):
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | x\\|y |"]
 
 
-def _entry(label, precision, fwd, fwd_bwd, launches=(25, 50)):
+def _entry(label, precision, fwd, fwd_bwd, launches=(25, 50), loops=None):
     return {"label": label, "precision": precision, "fwd": {"median_ms": fwd}, "fwd_bwd": {"median_ms": fwd_bwd},
             "errors": {"h_abs": 1e-6, "c_T_abs": 2e-6, "w_grad_rel": 3e-6},
-            "launches": {"fwd": launches[0], "bwd": launches[1]}}
+            "launches": {"fwd": launches[0], "bwd": launches[1]}, "loops": loops or {"per-step": 2}}
 
 
 def test_targets_table(bench):
@@ -75,8 +77,8 @@ def test_targets_table(bench):
         "shape": shape,
         "cudnn": {"off": {"fwd": {"median_ms": 1.0}, "fwd_bwd": {"median_ms": 3.0}},
                   "on": {"fwd": {"median_ms": 1.0}, "fwd_bwd": {"median_ms": 2.0}}},
-        "nblstm": [_entry("default", "exact", 0.6, 2.4, (1, 1)), _entry("per-step", "exact", 0.9, 1.8),
-                   _entry("persistent", "exact", 0.6, 2.4, (1, 1)),
+        "nblstm": [_entry("default", "exact", 0.6, 2.4, (1, 1), {"persistent": 2}),
+                   _entry("per-step", "exact", 0.9, 1.8), _entry("persistent", "exact", 0.6, 2.4, (1, 1)),
                    {"label": "default", "precision": "tf32", "na": "n/a: ValueError: no cuBLAS"}],
     }
     result["default_is"] = bench._which_default(result["nblstm"])

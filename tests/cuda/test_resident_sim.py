@@ -48,18 +48,10 @@ def _run(a, arrays, **kw):
 
 
 @pytest.fixture
-def plans(monkeypatch):
-    """Counts the resident launches planned (``resident_plan`` not ``None``)."""
-    counted = {"resident": 0}
-    plan = launch.Launcher.resident_plan
-
-    def counting(self, *args, **kwargs):
-        found = plan(self, *args, **kwargs)
-        counted["resident"] += found is not None
-        return found
-
-    monkeypatch.setattr(launch.Launcher, "resident_plan", counting)
-    return counted
+def plans():
+    """The time loops run by the test, by kind (:data:`nblstm.cuda.launch.LOOPS`)."""
+    launch.LOOPS.clear()
+    return launch.LOOPS
 
 
 def _dev(a):
@@ -67,7 +59,7 @@ def _dev(a):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("batch", [1, 3, 17])
 def test_one_lane_gives_the_tiled_persistent_kernels_bits(dtype, batch, monkeypatch, plans):
     a = _inputs(dtype, 4, batch, 3, 5)
     kw = {"use_peephole": True, "seq_len_max": 3}
@@ -83,12 +75,13 @@ def test_one_lane_gives_the_tiled_persistent_kernels_bits(dtype, batch, monkeypa
         assert np.array_equal(t, r), f"result {k}"
 
 
-@pytest.mark.parametrize("lanes, chunk", [(2, None), (3, 2), (4, 3)])
+@pytest.mark.parametrize("lanes, chunk, batch", [(2, None, 3), (3, 2, 3), (4, 3, 1), (2, 4, 18)])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_lanes_and_chunks_match_the_cpu_and_the_reference(dtype, lanes, chunk, monkeypatch, plans):
+def test_lanes_and_chunks_match_the_cpu_and_the_reference(dtype, lanes, chunk, batch, monkeypatch, plans):
+    """Several lanes, staged chunks and (batch 18) two groups of rows, one of them partial."""
     monkeypatch.setattr(ncuda.config, "RESIDENT_LANES", lanes)
     monkeypatch.setattr(ncuda.config, "RESIDENT_CHUNK", chunk)
-    steps, batch, units = 4, 3, 5
+    steps, units = 4, 5
     a = _inputs(dtype, steps, batch, 2, units, seed=lanes)
     kw = {"use_peephole": True, "layout": "icfo"}
     cpu = _run(a, np.asarray, **kw)
@@ -106,7 +99,8 @@ def test_lanes_and_chunks_match_the_cpu_and_the_reference(dtype, lanes, chunk, m
 
 
 def test_the_batch_limit_and_the_switches_choose_the_loop(monkeypatch, plans):
-    a = _inputs(np.float32, 2, ncuda.config.PERSISTENT_MAX_BATCH + 1, 2, 3)
+    monkeypatch.setattr(ncuda.config, "RESIDENT_MAX_BATCH", 4)
+    a = _inputs(np.float32, 2, 5, 2, 3)
     _run(a, _dev)
     assert plans["resident"] == 0  # past the batch limit: per-step launches
     small = _inputs(np.float32, 2, 2, 2, 3)
@@ -116,3 +110,50 @@ def test_the_batch_limit_and_the_switches_choose_the_loop(monkeypatch, plans):
     monkeypatch.setattr(ncuda.config, "PERSISTENT", "auto")
     _run(small, _dev)
     assert plans["resident"] == 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [2, 5])
+def test_the_per_step_gemm_loop_matches_the_fused_step_kernels(dtype, batch, monkeypatch, plans):
+    """One GEMM and one gate kernel per step (here on the tiled GEMM) against one fused kernel per step."""
+    a = _inputs(dtype, 4, batch, 3, 5, seed=7)
+    kw = {"use_peephole": True, "seq_len_max": 3, "layout": "icfo"}
+    monkeypatch.setattr(ncuda.config, "RESIDENT_MAX_BATCH", 4)
+    monkeypatch.setattr(ncuda.config, "PERSISTENT", False)
+    monkeypatch.setattr(ncuda.config, "STEP_GEMM", False)
+    fused = _run(a, _dev, **kw)
+    assert plans["per-step"] == 2 and plans["gemm-steps"] == 0
+    launches = []
+    gemm = launch.Launcher.gemm
+    monkeypatch.setattr(launch.Launcher, "gemm", lambda self, *args, **kws: launches.append(1) or gemm(self, *args,
+                                                                                                       **kws))
+    monkeypatch.setattr(ncuda.config, "STEP_GEMM", True)
+    stepped = _run(a, _dev, **kw)
+    assert plans["gemm-steps"] == 2
+    # 3 forward steps and 2 carried products backward, and the 6 products outside the loops (the bias gradient is
+    # a column-sum kernel without cuBLAS).
+    assert len(launches) == 3 + 2 + 6
+    tol = {np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    for k, (f, s) in enumerate(zip(fused, stepped, strict=True)):
+        np.testing.assert_allclose(s, f, rtol=tol, atol=tol, err_msg=f"result {k}")
+
+
+@pytest.mark.parametrize("num_proj", [None, 3])
+def test_the_cells_per_step_gemm_loop_matches_its_fused_step_kernels(num_proj, monkeypatch, plans):
+    rng = np.random.default_rng(11)
+    cell = nblstm.LSTMCell(4, num_proj=num_proj, use_peepholes=True, cell_clip=0.8, proj_clip=0.6 if num_proj else None,
+                           seed=2, dtype=np.float64)
+    x = rng.standard_normal((5, 3, 2))
+    lengths = [5, 2, 0]
+    d_out = rng.standard_normal((5, 3, num_proj or 4))
+    d_c, d_h = rng.standard_normal((3, 4)), rng.standard_normal((3, num_proj or 4))
+    results = []
+    for step_gemm in (False, True):
+        monkeypatch.setattr(ncuda.config, "STEP_GEMM", step_gemm)
+        (out, state), backward = cell.vjp(_dev(x), sequence_length=lengths)
+        d_x, d_state, d_w = backward(_dev(d_out), (_dev(d_c), _dev(d_h)))
+        results.append([_host(out), _host(state.c), _host(state.h), _host(d_x), _host(d_state.c),
+                        _host(d_state.h), *(np.asarray(d_w[k]) for k in sorted(d_w))])
+    assert plans["gemm-steps"] == 2  # the forward and the backward loop of the second call
+    for k, (fused, stepped) in enumerate(zip(*results, strict=True)):
+        np.testing.assert_allclose(stepped, fused, rtol=1e-12, atol=1e-12, err_msg=f"result {k}")
