@@ -238,8 +238,9 @@ def loop_variants(config, batch):
 
 
 def variant_precisions(label):
-    """The precisions timed for a variant: both for the default and the cuBLAS step loop, exact for the others."""
-    return PRECISIONS if label in ("default", "gemm-steps") else PRECISIONS[:1]
+    """The precisions timed for a variant: both for the default, the resident and the cuBLAS step loops, exact for
+    the tiled ones."""
+    return PRECISIONS if label in ("default", "resident", "gemm-steps") else PRECISIONS[:1]
 
 
 def default_settings(config):

@@ -439,13 +439,17 @@ class Launcher:
         ``None`` where the persistent loops are off (:data:`~nblstm.cuda.config.PERSISTENT`,
         :data:`~nblstm.cuda.config.RESIDENT`), the batch exceeds
         :data:`~nblstm.cuda.config.RESIDENT_MAX_BATCH` (with ``PERSISTENT``
-        ``"auto"``), or the slices do not fit: one block per multiprocessor,
-        each with its ``U = ceil(H / SMs)`` units' weights and a reduction
-        buffer within the opt-in shared memory of a block.
+        ``"auto"``; :data:`~nblstm.cuda.config.PERSISTENT_MAX_BATCH` with a
+        reduced ``precision``, whose per-step products run on tensor cores,
+        which the resident kernels' float32 arithmetic does not reach), or
+        the slices do not fit: one block per multiprocessor, each with its
+        ``U = ceil(H / SMs)`` units' weights and a reduction buffer within the
+        opt-in shared memory of a block.
         """
         if config.PERSISTENT is False or config.RESIDENT is False or batch < 1:
             return None
-        if config.PERSISTENT == "auto" and batch > config.RESIDENT_MAX_BATCH:
+        limit = config.RESIDENT_MAX_BATCH if self.precision == "exact" else config.PERSISTENT_MAX_BATCH
+        if config.PERSISTENT == "auto" and batch > limit:
             return None
         lanes = int(config.RESIDENT_LANES)
         k_total = units if forward else 4 * units

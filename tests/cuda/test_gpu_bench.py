@@ -41,7 +41,7 @@ def test_loop_variants(bench):
     older = SimpleNamespace(PERSISTENT="auto", PERSISTENT_MAX_BATCH=16)
     assert [label for label, _ in bench.loop_variants(older, 1)] == ["default"]
     assert bench.variant_precisions("gemm-steps") == bench.PRECISIONS
-    assert bench.variant_precisions("resident") == ("exact",)
+    assert bench.variant_precisions("tiled per-step") == ("exact",)
     with bench.config_set(config, {"PERSISTENT": False}):
         assert config.PERSISTENT is False
     assert config.PERSISTENT == "auto"
