@@ -240,3 +240,16 @@ def test_per_step_products_pass_the_addresses_of_each_step(fake, monkeypatch):
     # seq_len_max = 3: three forward steps (h @ W_h onto xw[t], beta = 1), two carried products backward
     # (dgates[t + 1] @ W_h^T, beta = 0); h_prev_grad has the same shape as the latter.
     assert [(c["mnk"], c["beta"]) for c in steps] == [((16, batch, 4), 1.0)] * 3 + [((4, batch, 16), 0.0)] * 3
+
+
+def test_reduced_precisions_leave_the_resident_kernels_earlier(fake, monkeypatch):
+    """Past PERSISTENT_MAX_BATCH a reduced precision takes the per-step cuBLAS loop (tensor cores), exact stays
+    resident up to RESIDENT_MAX_BATCH."""
+    from nblstm.cuda import launch
+
+    monkeypatch.setattr(ncuda.config, "PERSISTENT_MAX_BATCH", 4)
+    a = _op_inputs(np.float32, batch=5)
+    for precision, loop in (("exact", "resident"), ("tf32", "gemm-steps")):
+        launch.LOOPS.clear()
+        _ops(a, _dev, precision=precision)
+        assert launch.LOOPS == {loop: 2}, precision
