@@ -111,6 +111,8 @@ class LSTM(torch.nn.Module):
         As :class:`nblstm.LSTM`'s.
     seed : int, optional
         Seeds the dropout masks.
+    precision : {"exact", "tf32", "fp16"}, default "exact"
+        Arithmetic of the large matrix products on the GPU, as :class:`nblstm.LSTM`'s (CUDA tensors only).
 
     Examples
     --------
@@ -126,7 +128,7 @@ class LSTM(torch.nn.Module):
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, device=None, dtype=None, *, use_peepholes=False, cell_clip=None,
-                 proj_clip=None, forget_bias=0.0, seed=None):
+                 proj_clip=None, forget_bias=0.0, seed=None, precision="exact"):
         super().__init__()
         dtype = torch.float32 if dtype is None else dtype
         if dtype not in (torch.float32, torch.float64):
@@ -134,7 +136,7 @@ class LSTM(torch.nn.Module):
         self._layer = _layer.LSTM(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                              proj_size, use_peepholes=use_peepholes, cell_clip=cell_clip, proj_clip=proj_clip,
                              forget_bias=forget_bias, dtype=np.float32 if dtype == torch.float32 else np.float64,
-                             seed=seed)
+                             seed=seed, precision=precision)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
         self.bidirectional, self.proj_size = bidirectional, proj_size

@@ -109,6 +109,33 @@ def test_bad_scalar_options(p):
         fwd(p, stream=object())
 
 
+def test_precision_is_checked_and_reduced_ones_are_refused_on_the_cpu(p):
+    with pytest.raises(ValueError, match=r"precision must be one of \('exact', 'tf32', 'fp16'\), got 'bf16'"):
+        fwd(p, precision="bf16")
+    with pytest.raises(TypeError, match=r"precision must be one of"):
+        fwd(p, precision=None)
+    for precision in ("tf32", "fp16"):
+        with pytest.raises(ValueError, match=rf"precision='{precision}' applies to GPU arrays only"):
+            fwd(p, precision=precision)
+    out = fwd(p, precision="EXACT")
+    assert np.array_equal(out.h, fwd(p).h)
+    with pytest.raises(ValueError, match=r"precision='tf32' applies to GPU arrays only"):
+        nblstm.block_lstm_grad(p["x"], p["cs_prev"], p["h_prev"], p["w"], out, h_grad=out.h, precision="tf32")
+    with pytest.raises(ValueError, match=r"precision='fp16' applies to GPU arrays only"):
+        nblstm.lstm_block_cell(p["x"][0], p["cs_prev"], p["h_prev"], p["w"], p["b"], precision="fp16")
+    cell = nblstm.LSTMCell(H, precision="tf32", seed=0)
+    assert cell.get_config()["precision"] == "tf32"
+    assert nblstm.LSTMCell(**cell.get_config()).precision == "tf32"
+    with pytest.raises(ValueError, match=r"precision='tf32' applies to GPU arrays only"):
+        cell.run(p["x"])
+    with pytest.raises(ValueError, match=r"precision must be one of"):
+        nblstm.LSTM(I, H, precision="half")
+    layer = nblstm.LSTM(I, H, precision="fp16")
+    assert all(c.precision == "fp16" for c in layer.cells)
+    with pytest.raises(ValueError, match=r"precision='fp16' applies to GPU arrays only"):
+        layer(p["x"])
+
+
 def test_missing_peepholes_with_use_peephole(p):
     with pytest.raises(ValueError, match=r"missing: wci, wco"):
         nblstm.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], wcf=p["wcf"], use_peephole=True)
