@@ -26,8 +26,9 @@ compare
     shapes ``(T, B, I, H)`` of :data:`SHAPES`: forward, and forward +
     backward (``block_lstm_grad`` with ``h_grad`` ones against
     ``y.backward(ones)``). cuDNN runs with TF32 off and on; nblstm with
-    ``precision="exact"`` (the default) and ``"tf32"``, and for ``B <= 16``
-    with each loop variant of :mod:`nblstm.cuda.config`. CUDA-event medians
+    ``precision="exact"`` (the default) and ``"tf32"``, as configured and
+    with each time loop forced (:data:`LOOP_SETTINGS`; which loop each run
+    took is read from ``nblstm.cuda.launch.LOOPS``). CUDA-event medians
     after warm-up, ratios nblstm / cuDNN against the targets of
     :data:`TARGETS`, the largest errors of ``h``, the final ``c`` and the
     gradients against cuDNN with TF32 off.
@@ -94,7 +95,8 @@ TARGETS = {
 PRECISIONS = ("exact", "tf32")
 # cuDNN runs against which each precision of nblstm is held.
 TARGET_REFERENCE = {"exact": "off", "tf32": "on"}
-# Sanitizer child: (T, B, I, H) shapes; B = 1 and 5 run the small-batch loop variants too.
+# Sanitizer child: (T, B, I, H) shapes, each with every time loop forced; B = 33 spans three groups of rows of
+# the resident kernels.
 SANITIZE_SHAPES = ((3, 1, 7, 40), (3, 5, 7, 40), (3, 33, 7, 40))
 SANITIZE_QUICK_SHAPES = ((3, 1, 7, 40), (3, 33, 7, 40))
 SANITIZE_SMOKE_SHAPES = ((2, 1, 3, 4),)
