@@ -87,9 +87,22 @@ def _nvmath():
 
 
 def _cupy():
+    import cupy
     from cupy_backends.cuda.libs import cublas
 
-    return Binding("cupy", cublas.create, cublas.setStream, cublas.gemmEx)
+    streams = {}
+
+    def set_stream(handle, stream):
+        streams[handle] = cupy.cuda.ExternalStream(stream) if stream else cupy.cuda.Stream.null
+        cublas.setStream(handle, stream)
+
+    def gemm_ex(handle, *args):
+        # CuPy's gemmEx sets the handle's stream to CuPy's current stream at every call: make the handle's stream
+        # CuPy's current one for the call, or the product would run on another stream than the kernels around it.
+        with streams[handle]:
+            cublas.gemmEx(handle, *args)
+
+    return Binding("cupy", cublas.create, set_stream, gemm_ex)
 
 
 _LOCK = threading.Lock()

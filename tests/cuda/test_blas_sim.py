@@ -253,3 +253,41 @@ def test_reduced_precisions_leave_the_resident_kernels_earlier(fake, monkeypatch
         launch.LOOPS.clear()
         _ops(a, _dev, precision=precision)
         assert launch.LOOPS == {loop: 2}, precision
+
+
+def test_the_cupy_binding_runs_each_product_on_its_handles_stream(monkeypatch):
+    """CuPy's gemmEx sets the handle's stream to CuPy's current stream at each call: the binding makes the
+    handle's stream the current one around the call (checked with stand-ins for CuPy's modules)."""
+    import sys
+    import types
+
+    current = [0]
+    calls = []
+
+    class Stream:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def __enter__(self):
+            self.saved, current[0] = current[0], self.ptr
+
+        def __exit__(self, *exc):
+            current[0] = self.saved
+
+    cublas = types.SimpleNamespace(
+        create=lambda: 7, setStream=lambda handle, stream: calls.append(("setStream", handle, stream)),
+        gemmEx=lambda handle, *args: calls.append(("gemmEx", handle, current[0], args)))
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(ExternalStream=Stream, Stream=types.SimpleNamespace(null=Stream(0)))
+    libs = types.ModuleType("cupy_backends.cuda.libs")
+    libs.cublas = cublas
+    for name, module in (("cupy", cupy), ("cupy_backends", types.ModuleType("cupy_backends")),
+                         ("cupy_backends.cuda", types.ModuleType("cupy_backends.cuda")),
+                         ("cupy_backends.cuda.libs", libs), ("cupy_backends.cuda.libs.cublas", cublas)):
+        monkeypatch.setitem(sys.modules, name, module)
+    binding = blas._cupy()
+    handle = binding.create()
+    binding.set_stream(handle, 1234)
+    binding.gemm_ex(handle, 1, 2, 3)
+    assert calls == [("setStream", 7, 1234), ("gemmEx", 7, 1234, (1, 2, 3))]
+    assert current[0] == 0
