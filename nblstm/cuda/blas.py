@@ -83,6 +83,7 @@ class Binding:
 def _nvmath():
     from nvmath.bindings import cublas
 
+    cublas.get_property(0)  # loads the library: where it is missing, the next binding (or the tiled GEMM) serves
     return Binding("nvmath", cublas.create, cublas.set_stream, cublas.gemm_ex)
 
 
