@@ -11,7 +11,7 @@ from numba import cuda
 from .registry import A1, A2, A3, ANY1, ANY2, ANY3, I64, INDEX, LENGTHS, SCALAR, kernel
 
 __all__ = ["column_sums", "copy1", "copy2", "copy3", "fill", "fill2", "fill_rows", "gather_rows", "masked_outputs",
-           "peephole_grads", "scatter_add_rows", "write_state"]
+           "peephole_grads", "peephole_products", "scatter_add_rows", "write_state"]
 
 
 @kernel("common", storage=True)
@@ -112,6 +112,25 @@ def peephole_grads(steps: I64, cs_prev: A2, cs_: A3, dgates: A3, bi: I64, bf: I6
         wci_grad[j] = si
         wcf_grad[j] = sf
         wco_grad[j] = so
+
+
+@kernel("fused")
+def peephole_products(steps: I64, cs_prev: A2, cs_: A3, dgates: A3, bi: I64, bf: I64, bo: I64, out: A2):
+    """The terms of the peephole gradients, ``out[t B + b] = [di c_prev, df c_prev, do cs]`` (``out: [S B, 3H]``).
+
+    Their column sums are the gradients (:func:`peephole_grads` sums them in
+    one thread per unit; with cuBLAS a product with ones does, in parallel).
+    """
+    batch, units = cs_prev.shape
+    for e in range(cuda.grid(1), steps * batch * units, cuda.gridsize(1)):
+        row = e // units
+        j = e % units
+        t = row // batch
+        b = row % batch
+        c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
+        out[row, j] = dgates[t, b, bi * units + j] * c_prev
+        out[row, units + j] = dgates[t, b, bf * units + j] * c_prev
+        out[row, 2 * units + j] = dgates[t, b, bo * units + j] * cs_[t, b, j]
 
 
 @kernel("cell")

@@ -37,7 +37,7 @@ from .config import (
     padded,
     size,
 )
-from .elementwise import column_sums, copy1, copy2, copy3, fill, fill2, fill_rows, peephole_grads
+from .elementwise import column_sums, copy1, copy2, copy3, fill, fill2, fill_rows, peephole_grads, peephole_products
 from .gemm import gemm
 from .interop import (
     as_device,
@@ -359,8 +359,18 @@ class Launcher:
         self._linear(column_sums, out.shape[0], m, out, self.dtype.type(0))
 
     def peephole_grads(self, steps, cs_prev, cs_, dgates, blocks, out):
-        units = cs_prev.shape[1]
+        """The peephole gradients ``out = (wci_grad, wcf_grad, wco_grad)``: with cuBLAS their terms, then their
+        column sums as products with ones; else one thread per unit (:func:`nblstm.cuda.elementwise.peephole_grads`)."""
+        batch, units = cs_prev.shape
         bi, _, bf, bo = blocks
+        if self.blas is not None:
+            rows = steps * batch
+            terms = self.scratch((rows, 3 * units))
+            self._linear(peephole_products, rows * units, steps, cs_prev, cs_, dgates, bi, bf, bo, terms)
+            ones = self.read_only_ones(rows).reshape(1, rows)
+            for k, grad in enumerate(out):
+                self.gemm(ones, terms[:, k * units:(k + 1) * units], grad.reshape(1, units))
+            return
         self._linear(peephole_grads, units, steps, cs_prev, cs_, dgates, bi, bf, bo, self.dtype.type(0), *out)
 
     def recurrence(self, persistent, step, args, steps, batch, units, reverse=False, step_args=(), resident=None,

@@ -158,11 +158,12 @@ def test_fused_ops_on_cublas_match_the_cpu(fake, dtype):
         np.testing.assert_allclose(g, c, rtol=tol, atol=tol, err_msg=f"result {k}")
     computes = {call["compute"] for call in fake.calls}
     assert computes == {70 if dtype == np.float64 else 68}
-    # The input projection (bias written first, beta = 1), x_grad, h_prev_grad, the two w_grad parts
-    # (the second accumulating) and b_grad (ones @ dgates: M = 1).
-    assert len(fake.calls) == 7
-    assert [call["beta"] for call in fake.calls] == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
-    assert fake.calls[-1]["mnk"][1] == 1
+    # The input projection (bias written first, beta = 1), the three peephole gradients (ones @ terms: M = 1),
+    # x_grad, h_prev_grad, the two w_grad parts (the second accumulating) and b_grad (ones @ dgates).
+    assert len(fake.calls) == 10
+    assert [call["beta"] for call in fake.calls] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    # Rows of each row-major product (cuBLAS's n): S B, 1 (x3), S B, B, I, H, H, 1 with S = 3, B = 3, I = 5, H = 6.
+    assert [call["mnk"][1] for call in fake.calls] == [9, 1, 1, 1, 9, 3, 5, 6, 6, 1]
 
 
 def test_cell_and_layer_on_cublas_match_the_cpu(fake):
