@@ -53,6 +53,7 @@ from .config import SB, SJ, ceil_div, padded, size
 from .elementwise import gather_rows, masked_outputs, scatter_add_rows, write_state
 from .interop import as_device
 from .launch import LOOPS, Repeat, call, regions
+from .resident import cell_forward_resident
 
 __all__ = ["DeviceWeights", "sequence_backward", "sequence_forward"]
 
@@ -267,6 +268,11 @@ def _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells, hs, m
         run.gemm(x.reshape(steps * batch, inputs), w.w_x, pre.reshape(steps * batch, 4 * units), bias=w.bias)
         run.elementwise(gather_rows, size(gates.shape), pre, pre[0], maps["time_of"][:s], 0, gates,
                         run.dtype.type(0))
+    if not w.has_proj and run.resident(cell_forward_resident, s, (gates, c0, h0, w.w_rec, d_lengths, w.w_i, w.w_f,
+                                                                   w.w_o, run.one, forget_bias, cell_clip, clip_on,
+                                                                   act, w.use_peepholes, cells, hs),
+                                       batch, units, True):
+        return
     block = (SJ, SB)
     rows = ceil_div(batch, SB)
     # With the per-step GEMM loop cuBLAS adds h[t - 1] @ kernel[I:] to gates[t] (and computes r[t] @ projection

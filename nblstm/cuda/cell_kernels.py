@@ -24,7 +24,7 @@ from .config import SB, SJ
 from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, SCALAR, kernel
 from .tiles import gate_dots, next_step_dot, row_dot
 
-__all__ = ["backward_h_step", "backward_units_step", "forward_step", "project_step"]
+__all__ = ["backward_h_step", "backward_units_step", "cell_unit_at", "forward_step", "project_step"]
 
 
 @cuda.jit(device=True)
@@ -33,6 +33,41 @@ def thread_tile():
     ct = cuda.blockIdx.x
     bt = cuda.blockIdx.y
     return ct, bt, ct * SJ + cuda.threadIdx.x, bt * SB + cuda.threadIdx.y
+
+
+@cuda.jit(device=True)
+def cell_unit_at(t, b, j, a_i, a_j, a_f, a_o, gates, c0, h0, lengths, w_i, w_f, w_o, one, forget_bias, cell_clip,
+                 clip_on, act, use_peepholes, has_proj, cells, hs):
+    """Step ``t`` of unit ``j`` of row ``b`` from the recurrent sums ``a_*`` (added to ``gates[t]``, which holds the
+    input projection): the gate maths within the row's length, the carried state past it. Arguments as
+    :func:`forward_step`'s; every forward loop of the cell ends in this function."""
+    units = c0.shape[1]
+    zero = one - one
+    c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
+    if t < lengths[b]:
+        i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
+            a_i + gates[t, b, j], a_j + gates[t, b, units + j], a_f + gates[t, b, 2 * units + j],
+            a_o + gates[t, b, 3 * units + j], c_prev, w_i[j], w_f[j], w_o[j], forget_bias, cell_clip,
+            clip_on, act, use_peepholes, one,
+        )
+        gates[t, b, j] = i
+        gates[t, b, units + j] = j_gate
+        gates[t, b, 2 * units + j] = f
+        gates[t, b, 3 * units + j] = o
+        cells[0, t, b, j] = c_raw
+        cells[1, t, b, j] = c
+        cells[2, t, b, j] = ac
+        cells[3, t, b, j] = r
+    else:
+        for block in range(4):
+            gates[t, b, block * units + j] = zero
+        cells[0, t, b, j] = c_prev
+        cells[1, t, b, j] = c_prev
+        cells[2, t, b, j] = zero
+        if has_proj:
+            cells[3, t, b, j] = zero
+        else:
+            cells[3, t, b, j] = h0[b, j] if t == 0 else hs[1, t - 1, b, j]
 
 
 @kernel("cell")
@@ -78,31 +113,8 @@ def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS,
     if not given:
         a_i, a_j, a_f, a_o = gate_dots(t, jt, bt, h0, hs[1], w_rec, 0, 1, 2, 3, zero)
     if b < batch and j < units:
-        c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
-        if t < lengths[b]:
-            i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
-                a_i + gates[t, b, j], a_j + gates[t, b, units + j], a_f + gates[t, b, 2 * units + j],
-                a_o + gates[t, b, 3 * units + j], c_prev, w_i[j], w_f[j], w_o[j], forget_bias, cell_clip,
-                clip_on, act, use_peepholes, one,
-            )
-            gates[t, b, j] = i
-            gates[t, b, units + j] = j_gate
-            gates[t, b, 2 * units + j] = f
-            gates[t, b, 3 * units + j] = o
-            cells[0, t, b, j] = c_raw
-            cells[1, t, b, j] = c
-            cells[2, t, b, j] = ac
-            cells[3, t, b, j] = r
-        else:
-            for block in range(4):
-                gates[t, b, block * units + j] = zero
-            cells[0, t, b, j] = c_prev
-            cells[1, t, b, j] = c_prev
-            cells[2, t, b, j] = zero
-            if has_proj:
-                cells[3, t, b, j] = zero
-            else:
-                cells[3, t, b, j] = h0[b, j] if t == 0 else hs[1, t - 1, b, j]
+        cell_unit_at(t, b, j, a_i, a_j, a_f, a_o, gates, c0, h0, lengths, w_i, w_f, w_o, one, forget_bias, cell_clip,
+                     clip_on, act, use_peepholes, has_proj, cells, hs)
 
 
 @kernel("cell")

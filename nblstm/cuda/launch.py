@@ -388,13 +388,8 @@ class Launcher:
         4. one launch of ``step`` per step with ``(t, *step_args, *args)`` for
            ``t`` in order (reversed with ``reverse``).
         """
-        if resident is not None:
-            plan = self.resident_plan(resident, (steps, *args), batch, units, not reverse)
-            if plan is not None:
-                blocks, block, nbytes, per_block, chunk = plan
-                resident[blocks, block, self.stream, nbytes](steps, *args, per_block, chunk)
-                LOOPS["resident"] += 1
-                return
+        if resident is not None and self.resident(resident, steps, args, batch, units, not reverse):
+            return
         if gemm_steps is not None and self.step_gemm():
             gemm_steps()
             LOOPS["gemm-steps"] += 1
@@ -410,6 +405,17 @@ class Launcher:
         launch = Repeat(step, grid, block, self.stream, (*step_args, *args))
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
             launch(t)
+
+    def resident(self, kernel, steps, args, batch, units, forward):
+        """One launch of the resident ``kernel`` with ``(steps, *args, per_block, chunk)`` where
+        :meth:`resident_plan` finds it fits; whether it ran."""
+        plan = self.resident_plan(kernel, (steps, *args), batch, units, forward)
+        if plan is None:
+            return False
+        blocks, block, nbytes, per_block, chunk = plan
+        kernel[blocks, block, self.stream, nbytes](steps, *args, per_block, chunk)
+        LOOPS["resident"] += 1
+        return True
 
     def step_gemm(self):
         """Whether the time loop runs one GEMM per step (:data:`nblstm.cuda.config.STEP_GEMM`)."""

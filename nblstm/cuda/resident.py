@@ -31,10 +31,11 @@ shared-memory limit above 48 KB where the slice needs it.
 
 from numba import cuda
 
+from .cell_kernels import cell_unit_at
 from .fused_kernels import backward_unit_at, forward_unit_at
-from .registry import A1, A2, A3, A4, BOOL, I64, SCALAR, kernel
+from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, SCALAR, kernel
 
-__all__ = ["RB", "backward_resident", "forward_resident", "shared_words"]
+__all__ = ["RB", "backward_resident", "cell_forward_resident", "forward_resident", "shared_words"]
 
 #: Batch rows of a group: each thread keeps ``4 * RB`` sums in registers (64 of its registers in the forward).
 RB = 16
@@ -63,6 +64,74 @@ def _stage(src, first, t, g0, group, k0, kc, chunk, buf, tid, nthreads):
         buf[b * chunk + kk] = first[g0 + b, k0 + kk] if t < 0 else src[t, g0 + b, k0 + kk]
 
 
+@cuda.jit(device=True)
+def _load_gate_columns(w_rec, w_s, j0, per_block, blocks, tid, nthreads, zero):
+    """``w_s[(4u + g) H + k] = w_rec[k, block_g H + j0 + u]``: the four gate columns of the block's units, as rows.
+
+    ``blocks`` holds the gate block indices ``(i, c, f, o)``; units past
+    ``H`` get zeros.
+    """
+    units = w_rec.shape[0]
+    for e in range(tid, 4 * per_block * units, nthreads):
+        r = e // units
+        jj = j0 + r // 4
+        w_s[e] = w_rec[e % units, blocks[r % 4] * units + jj] if jj < units else zero
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def _gate_sums(seq, first, t, g0, group, gs, w_s, buf, gate_s, chunk, zero):
+    """``gate_s[(4u + g) gs + b] = sum_k h[g0 + b, k] w_s[(4u + g) H + k]`` for this block's units ``u``, where ``h``
+    is ``first`` at ``t == 0``, else ``seq[t - 1]``: the recurrent part of the gates of one group of rows.
+
+    Every thread of the block calls this (it synchronises the block);
+    thread ``(lane, u)`` sums the columns ``k = lane (mod lanes)`` of unit
+    ``u`` in registers, then the lanes' sums are added in lane order.
+    """
+    units = first.shape[1]
+    lanes = cuda.blockDim.x
+    lane = cuda.threadIdx.x
+    u = cuda.threadIdx.y
+    nthreads = lanes * cuda.blockDim.y
+    tid = u * lanes + lane
+    base = 4 * u * units
+    acc = cuda.local.array((4, RB), w_s.dtype)
+    for b in range(RB):
+        for g in range(4):
+            acc[g, b] = zero
+    for k0 in range(0, units, chunk):
+        kc = min(chunk, units - k0)
+        _stage(seq, first, t - 1, g0, group, k0, kc, chunk, buf, tid, nthreads)
+        cuda.syncthreads()
+        for kk in range(lane, kc, lanes):
+            w0 = w_s[base + k0 + kk]
+            w1 = w_s[base + units + k0 + kk]
+            w2 = w_s[base + 2 * units + k0 + kk]
+            w3 = w_s[base + 3 * units + k0 + kk]
+            for b in range(RB):
+                if b < group:
+                    hv = buf[b * chunk + kk]
+                    acc[0, b] += hv * w0
+                    acc[1, b] += hv * w1
+                    acc[2, b] += hv * w2
+                    acc[3, b] += hv * w3
+        cuda.syncthreads()
+    # The lanes' sums of unit u, gate g, row b at buf[((4u + g) gs + b) (lanes + 1) + lane]: the padding
+    # column spreads the reads of one row's lanes over the banks.
+    for b in range(RB):
+        if b < group:
+            for g in range(4):
+                buf[((4 * u + g) * gs + b) * (lanes + 1) + lane] = acc[g, b]
+    cuda.syncthreads()
+    for o in range(lane, 4 * group, lanes):
+        row = (4 * u + o // group) * gs + o % group
+        s = buf[row * (lanes + 1)]
+        for q in range(1, lanes):
+            s += buf[row * (lanes + 1) + q]
+        gate_s[row] = s
+    cuda.syncthreads()
+
+
 @kernel("fused")
 def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR,
                      forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL, bi: I64, bc: I64,
@@ -79,9 +148,6 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
     batch, units = cs_prev.shape
     lanes = cuda.blockDim.x
     lane = cuda.threadIdx.x
-    u = cuda.threadIdx.y
-    nthreads = lanes * cuda.blockDim.y
-    tid = u * lanes + lane
     zero = one - one
     rows = 4 * per_block
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
@@ -90,53 +156,14 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
     gate_s = smem[rows * units:rows * units + rows * gs]
     buf = smem[rows * units + rows * gs:]
     j0 = cuda.blockIdx.x * per_block
-    for e in range(tid, rows * units, nthreads):
-        r = e // units
-        g = r % 4
-        jj = j0 + r // 4
-        block = bi if g == 0 else (bc if g == 1 else (bf if g == 2 else bo))
-        w_s[e] = w_rec[e % units, block * units + jj] if jj < units else zero
-    cuda.syncthreads()
+    _load_gate_columns(w_rec, w_s, j0, per_block, (bi, bc, bf, bo), cuda.threadIdx.y * lanes + lane,
+                       lanes * cuda.blockDim.y, zero)
+    u = cuda.threadIdx.y
     j = j0 + u
-    base = 4 * u * units
-    acc = cuda.local.array((4, RB), w_rec.dtype)
     for t in range(steps):
         for g0 in range(0, batch, RB):
             group = min(RB, batch - g0)
-            for b in range(RB):
-                for g in range(4):
-                    acc[g, b] = zero
-            for k0 in range(0, units, chunk):
-                kc = min(chunk, units - k0)
-                _stage(out[6], h_prev, t - 1, g0, group, k0, kc, chunk, buf, tid, nthreads)
-                cuda.syncthreads()
-                for kk in range(lane, kc, lanes):
-                    w0 = w_s[base + k0 + kk]
-                    w1 = w_s[base + units + k0 + kk]
-                    w2 = w_s[base + 2 * units + k0 + kk]
-                    w3 = w_s[base + 3 * units + k0 + kk]
-                    for b in range(RB):
-                        if b < group:
-                            hv = buf[b * chunk + kk]
-                            acc[0, b] += hv * w0
-                            acc[1, b] += hv * w1
-                            acc[2, b] += hv * w2
-                            acc[3, b] += hv * w3
-                cuda.syncthreads()
-            # The lanes' sums of unit u, gate g, row b at buf[((4u + g) gs + b) (lanes + 1) + lane]: the padding
-            # column spreads the reads of one row's lanes over the banks.
-            for b in range(RB):
-                if b < group:
-                    for g in range(4):
-                        buf[((4 * u + g) * gs + b) * (lanes + 1) + lane] = acc[g, b]
-            cuda.syncthreads()
-            for o in range(lane, 4 * group, lanes):
-                row = (4 * u + o // group) * gs + o % group
-                s = buf[row * (lanes + 1)]
-                for q in range(1, lanes):
-                    s += buf[row * (lanes + 1) + q]
-                gate_s[row] = s
-            cuda.syncthreads()
+            _gate_sums(out[6], h_prev, t, g0, group, gs, w_s, buf, gate_s, chunk, zero)
             if j < units:
                 for b in range(lane, group, lanes):
                     bb = g0 + b
@@ -145,6 +172,45 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
                                     gate_s[(4 * u + 2) * gs + b] + xw[t, bb, bf * units + j],
                                     gate_s[(4 * u + 3) * gs + b] + xw[t, bb, bo * units + j],
                                     cs_prev, wci, wcf, wco, one, forget_bias, cell_clip, clip_on, use_peephole, out)
+        grid.sync()
+
+
+@kernel("cell")
+def cell_forward_resident(steps: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS, w_i: A1, w_f: A1,
+                          w_o: A1, one: SCALAR, forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64,
+                          use_peepholes: BOOL, cells: A4, hs: A4, per_block: I64, chunk: I64):
+    """All ``steps`` forward steps of ``LSTMCell`` without a projection, ``W_h``'s slices in shared memory.
+
+    Arguments as :func:`nblstm.cuda.cell_kernels.forward_step`'s (``hs`` is
+    ``cells[2:4]``: ``h`` is ``r``), and ``per_block`` and ``chunk`` as
+    :func:`forward_resident`'s, with the same grid and shared memory.
+    """
+    grid = cuda.cg.this_grid()
+    batch, units = c0.shape
+    lanes = cuda.blockDim.x
+    lane = cuda.threadIdx.x
+    zero = one - one
+    rows = 4 * per_block
+    gs = min(batch, RB)
+    smem = cuda.shared.array(0, w_rec.dtype)
+    w_s = smem[:rows * units]
+    gate_s = smem[rows * units:rows * units + rows * gs]
+    buf = smem[rows * units + rows * gs:]
+    j0 = cuda.blockIdx.x * per_block
+    _load_gate_columns(w_rec, w_s, j0, per_block, (0, 1, 2, 3), cuda.threadIdx.y * lanes + lane,
+                       lanes * cuda.blockDim.y, zero)
+    u = cuda.threadIdx.y
+    j = j0 + u
+    for t in range(steps):
+        for g0 in range(0, batch, RB):
+            group = min(RB, batch - g0)
+            _gate_sums(hs[1], h0, t, g0, group, gs, w_s, buf, gate_s, chunk, zero)
+            if j < units:
+                for b in range(lane, group, lanes):
+                    cell_unit_at(t, g0 + b, j, gate_s[(4 * u) * gs + b], gate_s[(4 * u + 1) * gs + b],
+                                 gate_s[(4 * u + 2) * gs + b], gate_s[(4 * u + 3) * gs + b], gates, c0, h0, lengths,
+                                 w_i, w_f, w_o, one, forget_bias, cell_clip, clip_on, act, use_peepholes, False,
+                                 cells, hs)
         grid.sync()
 
 
