@@ -53,7 +53,7 @@ from .config import SB, SJ, ceil_div, padded, size
 from .elementwise import gather_rows, masked_outputs, scatter_add_rows, write_state
 from .interop import as_device
 from .launch import LOOPS, Repeat, call, regions
-from .resident import cell_forward_resident
+from .resident import cell_backward_resident, cell_forward_resident
 
 __all__ = ["DeviceWeights", "sequence_backward", "sequence_forward"]
 
@@ -415,7 +415,10 @@ def _backward_steps(run, saved, d_out, dc, dh, d_x, d_weights):
         through_proj = run.step_product(w.projection, batch, trans_b=True) if w.has_proj else None
         dgate_rows = dgates.reshape(s * batch, 4 * units)
         dh_raw_rows = dh_raw.reshape(s * batch, depth) if w.has_proj else None
-    for t in range(s - 1, -1, -1):
+    resident = not w.has_proj and run.resident(
+        cell_backward_resident, s, (c0, gates, cells, w.w_rec, d_lengths, d_out, w.w_i, w.w_f, w.w_o, run.one,
+                                    cell_clip, clip_on, act, w.use_peepholes, dgates, dc, dh), batch, units, False)
+    for t in range(-1 if resident else s - 1, -1, -1):
         if given and t + 1 < s:
             through_w(dgate_rows, (t + 1) * batch, carried_h, 0)
         if w.has_proj:
@@ -425,7 +428,7 @@ def _backward_steps(run, saved, d_out, dc, dh, d_x, d_weights):
         units_step(t)
     if given:
         through_w(dgate_rows, 0, carried_h, 0)
-        LOOPS["gemm-steps"] += 1
+        LOOPS["gemm-steps"] += not resident
     h_step(-1)  # the gradient of h0 from the first step's gate gradients
     # After the loop: d_x = dG @ kernel[:I]^T, d_kernel = [x; h_{t-1}]^T @ dG,
     # d_bias = column sums of dG, d_projection = r^T @ dh_raw.

@@ -24,7 +24,8 @@ from .config import SB, SJ
 from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, SCALAR, kernel
 from .tiles import gate_dots, next_step_dot, row_dot
 
-__all__ = ["backward_h_step", "backward_units_step", "cell_unit_at", "forward_step", "project_step"]
+__all__ = ["backward_h_step", "backward_units_step", "cell_backward_at", "cell_unit_at", "forward_step",
+           "project_step"]
 
 
 @cuda.jit(device=True)
@@ -68,6 +69,36 @@ def cell_unit_at(t, b, j, a_i, a_j, a_f, a_o, gates, c0, h0, lengths, w_i, w_f, 
             cells[3, t, b, j] = zero
         else:
             cells[3, t, b, j] = h0[b, j] if t == 0 else hs[1, t - 1, b, j]
+
+
+@cuda.jit(device=True)
+def cell_backward_at(t, b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_o, one, cell_clip, clip_on, act,
+                     use_peepholes, has_proj, dgates, dc, dh):
+    """Backward step ``t`` of unit ``j`` of row ``b`` from ``dr``, the gradient of ``r`` carried into it (without a
+    projection: from step ``t + 1``'s gate gradients, before ``dh``'s carry and ``d_out``). Arguments as
+    :func:`backward_units_step`'s; every backward loop of the cell ends in this function."""
+    units = c0.shape[1]
+    zero = one - one
+    if not has_proj:
+        if t + 1 < lengths[b]:
+            dh[b, j] = dr
+        dr = dh[b, j] + d_out[t, b, j]
+    if t < lengths[b]:
+        c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
+        di, dj, df, do, dc_prev = cell_backward_unit(
+            dr, dc[b, j], gates[t, b, j], gates[t, b, units + j], gates[t, b, 2 * units + j],
+            gates[t, b, 3 * units + j], cells[0, t, b, j], cells[2, t, b, j], c_prev, w_i[j], w_f[j],
+            w_o[j], cell_clip, clip_on, act, use_peepholes, one,
+        )
+        dgates[t, b, j] = di
+        dgates[t, b, units + j] = dj
+        dgates[t, b, 2 * units + j] = df
+        dgates[t, b, 3 * units + j] = do
+        dc[b, j] = dc_prev
+    else:
+        # A carried step: no gate gradients, the cell gradient passes unchanged.
+        for block in range(4):
+            dgates[t, b, block * units + j] = zero
 
 
 @kernel("cell")
@@ -267,23 +298,5 @@ def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw
     if b < batch and j < units:
         if given and (has_proj or t + 1 < steps):
             dr = product[b, j]
-        if not has_proj:
-            if t + 1 < lengths[b]:
-                dh[b, j] = dr
-            dr = dh[b, j] + d_out[t, b, j]
-        if t < lengths[b]:
-            c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
-            di, dj, df, do, dc_prev = cell_backward_unit(
-                dr, dc[b, j], gates[t, b, j], gates[t, b, units + j], gates[t, b, 2 * units + j],
-                gates[t, b, 3 * units + j], cells[0, t, b, j], cells[2, t, b, j], c_prev, w_i[j], w_f[j],
-                w_o[j], cell_clip, clip_on, act, use_peepholes, one,
-            )
-            dgates[t, b, j] = di
-            dgates[t, b, units + j] = dj
-            dgates[t, b, 2 * units + j] = df
-            dgates[t, b, 3 * units + j] = do
-            dc[b, j] = dc_prev
-        else:
-            # A carried step: no gate gradients, the cell gradient passes unchanged.
-            for block in range(4):
-                dgates[t, b, block * units + j] = zero
+        cell_backward_at(t, b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_o, one, cell_clip, clip_on, act,
+                         use_peepholes, has_proj, dgates, dc, dh)

@@ -31,11 +31,12 @@ shared-memory limit above 48 KB where the slice needs it.
 
 from numba import cuda
 
-from .cell_kernels import cell_unit_at
+from .cell_kernels import cell_backward_at, cell_unit_at
 from .fused_kernels import backward_unit_at, forward_unit_at
 from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, SCALAR, kernel
 
-__all__ = ["RB", "backward_resident", "cell_forward_resident", "forward_resident", "shared_words"]
+__all__ = ["RB", "backward_resident", "cell_backward_resident", "cell_forward_resident", "forward_resident",
+           "shared_words"]
 
 #: Batch rows of a group: each thread keeps ``4 * RB`` sums in registers (64 of its registers in the forward).
 RB = 16
@@ -214,6 +215,58 @@ def cell_forward_resident(steps: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, leng
         grid.sync()
 
 
+@cuda.jit(device=True)
+def _load_rows(w_rec, w_s, j0, per_block, tid, nthreads, zero):
+    """``w_s[u 4H + c] = w_rec[j0 + u, c]``: the rows of ``W_h`` of the block's units (zeros past ``H``)."""
+    units, gates = w_rec.shape
+    for e in range(tid, per_block * gates, nthreads):
+        jj = j0 + e // gates
+        w_s[e] = w_rec[jj, e % gates] if jj < units else zero
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def _carried_sums(dgates, t, steps, g0, group, gs, w_s, buf, chunk, zero):
+    """The lanes' partial sums of ``dgates[t + 1, g0 + b] @ w_s[u]`` (zero at the last step) into
+    ``buf[(u gs + b) (lanes + 1) + lane]``; :func:`_lane_sum` adds them. Every thread of the block calls this."""
+    gates = dgates.shape[2]
+    lanes = cuda.blockDim.x
+    lane = cuda.threadIdx.x
+    u = cuda.threadIdx.y
+    nthreads = lanes * cuda.blockDim.y
+    tid = u * lanes + lane
+    base = u * gates
+    acc = cuda.local.array(RB, w_s.dtype)
+    for b in range(RB):
+        acc[b] = zero
+    if t + 1 < steps:  # the same for every thread of the grid: all reach the barriers below
+        for k0 in range(0, gates, chunk):
+            kc = min(chunk, gates - k0)
+            _stage(dgates, dgates[0], t + 1, g0, group, k0, kc, chunk, buf, tid, nthreads)
+            cuda.syncthreads()
+            for kk in range(lane, kc, lanes):
+                wv = w_s[base + k0 + kk]
+                for b in range(RB):
+                    if b < group:
+                        acc[b] += buf[b * chunk + kk] * wv
+            cuda.syncthreads()
+    for b in range(RB):
+        if b < group:
+            buf[(u * gs + b) * (lanes + 1) + lane] = acc[b]
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def _lane_sum(buf, u, b, gs):
+    """Unit ``u``'s carried sum of row ``b`` of the group: its lanes' partial sums in lane order."""
+    lanes = cuda.blockDim.x
+    row = (u * gs + b) * (lanes + 1)
+    s = buf[row]
+    for q in range(1, lanes):
+        s += buf[row + q]
+    return s
+
+
 @kernel("fused")
 def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3, co_: A3, cs_grad: A3,
                       h_grad: A3, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR, use_peephole: BOOL, bi: I64,
@@ -227,53 +280,66 @@ def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, 
     """
     grid = cuda.cg.this_grid()
     batch, units = cs_prev.shape
-    gates = 4 * units
     lanes = cuda.blockDim.x
     lane = cuda.threadIdx.x
     u = cuda.threadIdx.y
-    nthreads = lanes * cuda.blockDim.y
-    tid = u * lanes + lane
     zero = one - one
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
     smem = cuda.shared.array(0, w_rec.dtype)
-    w_s = smem[:per_block * gates]
-    buf = smem[per_block * gates:]
+    w_s = smem[:per_block * 4 * units]
+    buf = smem[per_block * 4 * units:]
     j0 = cuda.blockIdx.x * per_block
-    for e in range(tid, per_block * gates, nthreads):
-        jj = j0 + e // gates
-        w_s[e] = w_rec[jj, e % gates] if jj < units else zero
-    cuda.syncthreads()
+    _load_rows(w_rec, w_s, j0, per_block, u * lanes + lane, lanes * cuda.blockDim.y, zero)
     j = j0 + u
-    base = u * gates
-    acc = cuda.local.array(RB, w_rec.dtype)
     for step in range(steps):
         t = steps - 1 - step
         for g0 in range(0, batch, RB):
             group = min(RB, batch - g0)
-            for b in range(RB):
-                acc[b] = zero
-            if t + 1 < steps:  # the same for every thread of the grid: all reach the barriers below
-                for k0 in range(0, gates, chunk):
-                    kc = min(chunk, gates - k0)
-                    _stage(dgates, dgates[0], t + 1, g0, group, k0, kc, chunk, buf, tid, nthreads)
-                    cuda.syncthreads()
-                    for kk in range(lane, kc, lanes):
-                        wv = w_s[base + k0 + kk]
-                        for b in range(RB):
-                            if b < group:
-                                acc[b] += buf[b * chunk + kk] * wv
-                    cuda.syncthreads()
-            for b in range(RB):
-                if b < group:
-                    buf[(u * gs + b) * (lanes + 1) + lane] = acc[b]
-            cuda.syncthreads()
+            _carried_sums(dgates, t, steps, g0, group, gs, w_s, buf, chunk, zero)
             if j < units:
                 for b in range(lane, group, lanes):
-                    row = (u * gs + b) * (lanes + 1)
-                    s = buf[row]
-                    for q in range(1, lanes):
-                        s += buf[row + q]
-                    backward_unit_at(t, g0 + b, j, h_grad[t, g0 + b, j] + s, cs_prev, i_, cs_, f_, o_, ci_, co_,
-                                     cs_grad, wci, wcf, wco, one, use_peephole, bi, bc, bf, bo, dgates, dc)
+                    backward_unit_at(t, g0 + b, j, h_grad[t, g0 + b, j] + _lane_sum(buf, u, b, gs), cs_prev, i_,
+                                     cs_, f_, o_, ci_, co_, cs_grad, wci, wcf, wco, one, use_peephole, bi, bc, bf,
+                                     bo, dgates, dc)
             cuda.syncthreads()  # the next group stages into the buffer these sums were read from
+        grid.sync()
+
+
+@kernel("cell")
+def cell_backward_resident(steps: I64, c0: A2, gates: A3, cells: A4, w_rec: A2, lengths: LENGTHS, d_out: A3,
+                           w_i: A1, w_f: A1, w_o: A1, one: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64,
+                           use_peepholes: BOOL, dgates: A3, dc: A2, dh: A2, per_block: I64, chunk: I64):
+    """All backward steps of ``LSTMCell`` without a projection, ``S - 1 .. 0``, the rows of ``W_h`` of each
+    block's units in shared memory.
+
+    Arguments as :func:`nblstm.cuda.cell_kernels.backward_units_step`'s
+    (``dh`` is carried in place; the gradient of ``h0`` is left to one
+    :func:`~nblstm.cuda.cell_kernels.backward_h_step` at ``t = -1``), and
+    ``per_block`` and ``chunk`` as :func:`backward_resident`'s, with the same
+    grid and shared memory.
+    """
+    grid = cuda.cg.this_grid()
+    batch, units = c0.shape
+    lanes = cuda.blockDim.x
+    lane = cuda.threadIdx.x
+    u = cuda.threadIdx.y
+    zero = one - one
+    gs = min(batch, RB)
+    smem = cuda.shared.array(0, w_rec.dtype)
+    w_s = smem[:per_block * 4 * units]
+    buf = smem[per_block * 4 * units:]
+    j0 = cuda.blockIdx.x * per_block
+    _load_rows(w_rec, w_s, j0, per_block, u * lanes + lane, lanes * cuda.blockDim.y, zero)
+    j = j0 + u
+    for step in range(steps):
+        t = steps - 1 - step
+        for g0 in range(0, batch, RB):
+            group = min(RB, batch - g0)
+            _carried_sums(dgates, t, steps, g0, group, gs, w_s, buf, chunk, zero)
+            if j < units:
+                for b in range(lane, group, lanes):
+                    dr = _lane_sum(buf, u, b, gs) if t + 1 < steps else zero
+                    cell_backward_at(t, g0 + b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_o, one,
+                                     cell_clip, clip_on, act, use_peepholes, False, dgates, dc, dh)
+            cuda.syncthreads()
         grid.sync()
