@@ -537,29 +537,13 @@ def measure(run, timer, fn, before=None, warmups=None):
 
 def host_counts(fn):
     """``(kernel launches, device allocations)`` of one call of ``fn`` through Numba, or ``None`` (simulator)."""
+    if _simulator():
+        return None
     try:
-        from numba.cuda import dispatcher
-        from numba.cuda.cudadrv import driver
-
-        launch, memalloc = dispatcher.launch, driver.Context.memalloc
+        from nblstm._tools.gpu_check import _host_counts
     except (ImportError, AttributeError):
         return None
-    counts = [0, 0]
-
-    def counted_launch(*a, **k):
-        counts[0] += 1
-        return launch(*a, **k)
-
-    def counted_memalloc(self, *a, **k):
-        counts[1] += 1
-        return memalloc(self, *a, **k)
-
-    dispatcher.launch, driver.Context.memalloc = counted_launch, counted_memalloc
-    try:
-        fn()
-    finally:
-        dispatcher.launch, driver.Context.memalloc = launch, memalloc
-    return tuple(counts)
+    return _host_counts(fn)
 
 
 # -- TF32 switches of PyTorch ---------------------------------------------------------------------------------------

@@ -15,23 +15,16 @@ import nblstm
 from nblstm import cuda as ncuda
 from nblstm import reference
 from nblstm.cuda import launch
+from tests.helpers import make_problem
 
 
-def _inputs(dtype, steps, batch, inputs, units, seed=0):
+def _inputs(dtype, steps=4, batch=3, inputs=5, units=6, seed=0):
+    """The fused ops' inputs (:func:`tests.helpers.make_problem`) and random output gradients, in ``dtype``."""
     rng = np.random.default_rng(seed)
-    a = {
-        "x": rng.standard_normal((steps, batch, inputs)),
-        "cs_prev": rng.standard_normal((batch, units)),
-        "h_prev": rng.standard_normal((batch, units)),
-        "w": rng.standard_normal((inputs + units, 4 * units)) * 0.4,
-        "b": rng.standard_normal(4 * units) * 0.2,
-        "wci": rng.standard_normal(units) * 0.5,
-        "wcf": rng.standard_normal(units) * 0.5,
-        "wco": rng.standard_normal(units) * 0.5,
-        "h_grad": rng.standard_normal((steps, batch, units)),
-        "cs_grad": rng.standard_normal((steps, batch, units)),
-    }
-    return {k: v.astype(dtype) for k, v in a.items()}
+    a = make_problem(rng, steps, batch, inputs, units, dtype)
+    for name in ("h_grad", "cs_grad"):
+        a[name] = rng.standard_normal((steps, batch, units)).astype(dtype)
+    return a
 
 
 def _host(a):
