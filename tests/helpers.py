@@ -32,6 +32,15 @@ def make_problem(rng, steps, batch, inputs, units, dtype=np.float64, scale=1.0):
     return {k: v.astype(dtype) for k, v in p.items()}
 
 
+def make_problem_with_grads(dtype, steps, batch, inputs, units, seed=0):
+    """:func:`make_problem` from ``default_rng(seed)``, and random output gradients ``h_grad, cs_grad [T, B, H]``."""
+    rng = np.random.default_rng(seed)
+    p = make_problem(rng, steps, batch, inputs, units, dtype)
+    for name in ("h_grad", "cs_grad"):
+        p[name] = rng.standard_normal((steps, batch, units)).astype(dtype)
+    return p
+
+
 def assert_close(actual, expected, dtype, tol=FORWARD_TOL, name=""):
     """``assert_allclose`` with the dtype's tolerance; ``expected`` is float64."""
     rtol, atol = tol[np.dtype(dtype).type]

@@ -15,16 +15,11 @@ import nblstm
 from nblstm import cuda as ncuda
 from nblstm import reference
 from nblstm.cuda import launch
-from tests.helpers import make_problem
+from tests.helpers import make_problem_with_grads
 
 
 def _inputs(dtype, steps=4, batch=3, inputs=5, units=6, seed=0):
-    """The fused ops' inputs (:func:`tests.helpers.make_problem`) and random output gradients, in ``dtype``."""
-    rng = np.random.default_rng(seed)
-    a = make_problem(rng, steps, batch, inputs, units, dtype)
-    for name in ("h_grad", "cs_grad"):
-        a[name] = rng.standard_normal((steps, batch, units)).astype(dtype)
-    return a
+    return make_problem_with_grads(dtype, steps, batch, inputs, units, seed)
 
 
 def _host(a):
