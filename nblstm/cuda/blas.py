@@ -33,6 +33,7 @@ and float16 storage).
 
 import ctypes
 import threading
+import warnings
 
 import numpy as np
 
@@ -94,7 +95,9 @@ def _cupy():
     streams = {}
 
     def set_stream(handle, stream):
-        streams[handle] = cupy.cuda.ExternalStream(stream) if stream else cupy.cuda.Stream.null
+        with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
+            warnings.simplefilter("ignore", DeprecationWarning)
+            streams[handle] = cupy.cuda.ExternalStream(stream) if stream else cupy.cuda.Stream.null
         cublas.setStream(handle, stream)
 
     def gemm_ex(handle, *args):

@@ -329,12 +329,14 @@ class Launcher:
         """Launch ``kernel(*args)``, a grid-stride loop over ``n`` elements (no launch when ``n == 0``)."""
         self._linear(kernel, n, *args)
 
-    def gemm(self, a, b, c, bias=None, trans_a=False, trans_b=False, accumulate=False):
+    def gemm(self, a, b, c, bias=None, trans_a=False, trans_b=False, accumulate=False, precision=None):
         """``c = op(a) @ op(b) [+ bias] [+ c]``: cuBLAS (:func:`nblstm.cuda.blas.gemm`) or the tiled kernel
         (:func:`nblstm.cuda.gemm.gemm`).
 
         ``a``, ``b`` and ``c`` are 2-D with contiguous rows (row slices of
         C-contiguous arrays); ``bias`` and ``accumulate`` are not given together.
+        ``precision`` replaces the call's (``"exact"`` for the sums of the
+        gradients, whose reduced-precision operands would save nothing).
         """
         m, n = c.shape
         if m == 0 or n == 0:
@@ -343,7 +345,7 @@ class Launcher:
             if bias is not None:
                 self._linear(fill_rows, m * n, c, bias)
             beta = 1.0 if bias is not None or accumulate else 0.0
-            blas.gemm(self.blas, a, b, c, bool(trans_a), bool(trans_b), beta, self.precision)
+            blas.gemm(self.blas, a, b, c, bool(trans_a), bool(trans_b), beta, precision or self.precision)
             return
         grid = (ceil_div(n, GEMM_BN), min(ceil_div(m, GEMM_BM), MAX_GRID_Y))
         use_bias = bias is not None
@@ -354,7 +356,7 @@ class Launcher:
         """``out[n] = sum_r m[r, n]``: with cuBLAS the product ``ones[1, R] @ m``, else one thread per column."""
         if self.blas is not None:
             rows = m.shape[0]
-            self.gemm(self.read_only_ones(rows).reshape(1, rows), m, out.reshape(1, out.shape[0]))
+            self.gemm(self.read_only_ones(rows).reshape(1, rows), m, out.reshape(1, out.shape[0]), precision="exact")
             return
         self._linear(column_sums, out.shape[0], m, out, self.dtype.type(0))
 
@@ -369,7 +371,7 @@ class Launcher:
             self._linear(peephole_products, rows * units, steps, cs_prev, cs_, dgates, bi, bf, bo, terms)
             ones = self.read_only_ones(rows).reshape(1, rows)
             for k, grad in enumerate(out):
-                self.gemm(ones, terms[:, k * units:(k + 1) * units], grad.reshape(1, units))
+                self.gemm(ones, terms[:, k * units:(k + 1) * units], grad.reshape(1, units), precision="exact")
             return
         self._linear(peephole_grads, units, steps, cs_prev, cs_, dgates, bi, bf, bo, self.dtype.type(0), *out)
 

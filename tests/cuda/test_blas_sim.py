@@ -180,7 +180,10 @@ def test_reduced_precisions_pass_their_compute_type_and_stay_near_exact(fake, pr
     exact = _ops(a, _dev)
     fake.calls.clear()
     reduced = _ops(a, _dev, precision=precision)
-    assert {call["compute"] for call in fake.calls} == {compute}
+    # The products of the layers in the reduced precision; the sums of the bias and peephole gradients (ones @ ...,
+    # one row) exact: rounding their terms would save nothing.
+    assert {call["compute"] for call in fake.calls if call["mnk"][1] > 1} == {compute}
+    assert {call["compute"] for call in fake.calls if call["mnk"][1] == 1} == {68}
     ref = reference.block_lstm(a["x"], a["cs_prev"], a["h_prev"], a["w"], a["b"], a["wci"], a["wcf"], a["wco"], 3,
                                0.5, 1.5, True, "icfo")
     h = NAMES.index("h")
@@ -190,7 +193,7 @@ def test_reduced_precisions_pass_their_compute_type_and_stay_near_exact(fake, pr
     x = _dev(a["x"])
     fake.calls.clear()
     out, _ = cell.run(x)
-    assert {call["compute"] for call in fake.calls} == {compute}
+    assert {call["compute"] for call in fake.calls if call["mnk"][1] > 1} == {compute}
     want, _ = nblstm.LSTMCell(4, seed=0).run(a["x"])
     np.testing.assert_allclose(out.copy_to_host(), want, rtol=tol, atol=tol)
 
