@@ -491,7 +491,7 @@ class Launcher:
         blocks = ceil_div(units, per_block)
         block = (lanes, per_block)
         if not SIMULATOR:
-            compiled = _compiled(kernel, tuple(kernel.typeof_pyval(a) for a in (*args, 0, 0)))
+            compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in (*args, 0, 0)))  # numba caches it
             device_id = cuda.get_current_device().id
             if not _allow_shared(compiled, device_id, nbytes) or _resident_blocks(compiled, device_id, block,
                                                                                   nbytes) < blocks:
@@ -520,11 +520,6 @@ def _shared_optin(device_id):
         return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
     except Exception:  # noqa: BLE001 - an attribute this driver binding does not name: the portable limit
         return 48 * 1024
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled(kernel, argtypes):
-    return kernel.compile(argtypes)
 
 
 def _allow_shared(compiled, device_id, nbytes):

@@ -66,18 +66,28 @@ def _stage(src, first, t, g0, group, k0, kc, chunk, buf, tid, nthreads):
 
 
 @cuda.jit(device=True)
-def _load_gate_columns(w_rec, w_s, j0, per_block, blocks, tid, nthreads, zero):
-    """``w_s[(4u + g) H + k] = w_rec[k, block_g H + j0 + u]``: the four gate columns of the block's units, as rows.
+def _gate_columns(w_rec, per_block, gs, blocks, zero):
+    """The forward kernels' dynamic shared memory as ``(w_s, gate_s, buf)``, ``w_s`` loaded (the layout
+    :func:`shared_words` sizes).
 
-    ``blocks`` holds the gate block indices ``(i, c, f, o)``; units past
-    ``H`` get zeros.
+    ``w_s[(4u + g) H + k] = w_rec[k, block_g H + j0 + u]``: the four gate
+    columns of the block's units as rows (``blocks`` holds the gate block
+    indices ``(i, c, f, o)``; units past ``H`` get zeros); ``gate_s``: the
+    ``[4U, gs]`` gate sums; ``buf``: the staging and reduction buffer. Every
+    thread of the block calls this (it synchronises the block).
     """
     units = w_rec.shape[0]
-    for e in range(tid, 4 * per_block * units, nthreads):
+    rows = 4 * per_block
+    smem = cuda.shared.array(0, w_rec.dtype)
+    w_s = smem[:rows * units]
+    j0 = cuda.blockIdx.x * per_block
+    nthreads = cuda.blockDim.x * cuda.blockDim.y
+    for e in range(cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.x, rows * units, nthreads):
         r = e // units
         jj = j0 + r // 4
         w_s[e] = w_rec[e % units, blocks[r % 4] * units + jj] if jj < units else zero
     cuda.syncthreads()
+    return w_s, smem[rows * units:rows * units + rows * gs], smem[rows * units + rows * gs:]
 
 
 @cuda.jit(device=True)
@@ -150,17 +160,10 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
     lanes = cuda.blockDim.x
     lane = cuda.threadIdx.x
     zero = one - one
-    rows = 4 * per_block
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
-    smem = cuda.shared.array(0, w_rec.dtype)
-    w_s = smem[:rows * units]
-    gate_s = smem[rows * units:rows * units + rows * gs]
-    buf = smem[rows * units + rows * gs:]
-    j0 = cuda.blockIdx.x * per_block
-    _load_gate_columns(w_rec, w_s, j0, per_block, (bi, bc, bf, bo), cuda.threadIdx.y * lanes + lane,
-                       lanes * cuda.blockDim.y, zero)
+    w_s, gate_s, buf = _gate_columns(w_rec, per_block, gs, (bi, bc, bf, bo), zero)
     u = cuda.threadIdx.y
-    j = j0 + u
+    j = cuda.blockIdx.x * per_block + u
     for t in range(steps):
         for g0 in range(0, batch, RB):
             group = min(RB, batch - g0)
@@ -191,17 +194,10 @@ def cell_forward_resident(steps: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, leng
     lanes = cuda.blockDim.x
     lane = cuda.threadIdx.x
     zero = one - one
-    rows = 4 * per_block
-    gs = min(batch, RB)
-    smem = cuda.shared.array(0, w_rec.dtype)
-    w_s = smem[:rows * units]
-    gate_s = smem[rows * units:rows * units + rows * gs]
-    buf = smem[rows * units + rows * gs:]
-    j0 = cuda.blockIdx.x * per_block
-    _load_gate_columns(w_rec, w_s, j0, per_block, (0, 1, 2, 3), cuda.threadIdx.y * lanes + lane,
-                       lanes * cuda.blockDim.y, zero)
+    gs = min(batch, RB)  # rows of a group, the row stride of the sums
+    w_s, gate_s, buf = _gate_columns(w_rec, per_block, gs, (0, 1, 2, 3), zero)
     u = cuda.threadIdx.y
-    j = j0 + u
+    j = cuda.blockIdx.x * per_block + u
     for t in range(steps):
         for g0 in range(0, batch, RB):
             group = min(RB, batch - g0)
@@ -216,13 +212,20 @@ def cell_forward_resident(steps: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, leng
 
 
 @cuda.jit(device=True)
-def _load_rows(w_rec, w_s, j0, per_block, tid, nthreads, zero):
-    """``w_s[u 4H + c] = w_rec[j0 + u, c]``: the rows of ``W_h`` of the block's units (zeros past ``H``)."""
+def _weight_rows(w_rec, per_block, zero):
+    """The backward kernels' dynamic shared memory as ``(w_s, buf)``, ``w_s`` loaded (the layout
+    :func:`shared_words` sizes): ``w_s[u 4H + c] = w_rec[j0 + u, c]``, the rows of ``W_h`` of the block's units
+    (zeros past ``H``), and the staging and reduction buffer. Every thread of the block calls this."""
     units, gates = w_rec.shape
-    for e in range(tid, per_block * gates, nthreads):
+    smem = cuda.shared.array(0, w_rec.dtype)
+    w_s = smem[:per_block * gates]
+    j0 = cuda.blockIdx.x * per_block
+    nthreads = cuda.blockDim.x * cuda.blockDim.y
+    for e in range(cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.x, per_block * gates, nthreads):
         jj = j0 + e // gates
         w_s[e] = w_rec[jj, e % gates] if jj < units else zero
     cuda.syncthreads()
+    return w_s, smem[per_block * gates:]
 
 
 @cuda.jit(device=True)
@@ -285,12 +288,8 @@ def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, 
     u = cuda.threadIdx.y
     zero = one - one
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
-    smem = cuda.shared.array(0, w_rec.dtype)
-    w_s = smem[:per_block * 4 * units]
-    buf = smem[per_block * 4 * units:]
-    j0 = cuda.blockIdx.x * per_block
-    _load_rows(w_rec, w_s, j0, per_block, u * lanes + lane, lanes * cuda.blockDim.y, zero)
-    j = j0 + u
+    w_s, buf = _weight_rows(w_rec, per_block, zero)
+    j = cuda.blockIdx.x * per_block + u
     for step in range(steps):
         t = steps - 1 - step
         for g0 in range(0, batch, RB):
@@ -324,13 +323,9 @@ def cell_backward_resident(steps: I64, c0: A2, gates: A3, cells: A4, w_rec: A2, 
     lane = cuda.threadIdx.x
     u = cuda.threadIdx.y
     zero = one - one
-    gs = min(batch, RB)
-    smem = cuda.shared.array(0, w_rec.dtype)
-    w_s = smem[:per_block * 4 * units]
-    buf = smem[per_block * 4 * units:]
-    j0 = cuda.blockIdx.x * per_block
-    _load_rows(w_rec, w_s, j0, per_block, u * lanes + lane, lanes * cuda.blockDim.y, zero)
-    j = j0 + u
+    gs = min(batch, RB)  # rows of a group, the row stride of the sums
+    w_s, buf = _weight_rows(w_rec, per_block, zero)
+    j = cuda.blockIdx.x * per_block + u
     for step in range(steps):
         t = steps - 1 - step
         for g0 in range(0, batch, RB):
