@@ -246,18 +246,22 @@ def test_more_chunks_than_threads(threads, monkeypatch, restore_num_threads):
 
 @numba.njit
 def _claim_round(claims, done, stage, worker, num_chunks, held):
-    """Run :func:`nblstm.cpu.sync.claimed_chunks` on one thread: the chunks it yields, and ``done`` seen in each."""
+    """Run the claim loop of :func:`nblstm.cpu.sync.claimed` on one thread: the chunks claimed, and ``done`` seen
+    in each."""
     order = np.full(num_chunks, -1, np.int64)
     done_before = np.full(num_chunks, -1, np.int64)
     n = 0
-    for k in _sync.claimed_chunks(claims, done, stage, worker, num_chunks, held):
-        order[n] = k
-        done_before[n] = done[stage]
-        n += 1
+    for j in range(num_chunks):
+        k = _sync.claimed(claims, done, stage, worker, num_chunks, held, j)
+        if k >= 0:
+            order[n] = k
+            done_before[n] = done[stage]
+            n += 1
+            _sync.count_done(done, stage, num_chunks)
     return order[:n], done_before[:n]
 
 
-def test_claimed_chunks_own_chunk_first_then_the_rest_once():
+def test_claimed_own_chunk_first_then_the_rest_once():
     num_chunks, stages = 5, 3
     claims, done = _sync.counters(stages, num_chunks)
     order, done_before = _claim_round(claims, done, 1, 2, num_chunks, False)

@@ -278,8 +278,11 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
 @njit(**KERNEL)
 def projection_worker(w, claims, done, x2d, w_x, rows, pre2d):
     """Worker ``w``'s row blocks of the input projection ``pre2d = x2d @ w_x`` (stage 0 of ``claims``)."""
-    for r in sync.claimed_chunks(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False)):
-        gemm_rows(x2d, w_x, pre2d, rows, r)
+    for j in range(rows.shape[0] - 1):
+        r = sync.claimed(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False), j)
+        if r >= 0:
+            gemm_rows(x2d, w_x, pre2d, rows, r)
+            sync.count_done(done, np.int64(0), rows.shape[0] - 1)
 
 
 @njit(**KERNEL)
@@ -301,15 +304,21 @@ def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds,
     if w >= num_chunks:
         return
     for t in range(steps):
-        for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False)):
-            _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, h0, w_rec, work,
-                           lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_,
-                           ac_, r_, h_)
+        for j in range(num_chunks):
+            k = sync.claimed(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False), j)
+            if k >= 0:
+                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, h0, w_rec,
+                               work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one,
+                               c_raw_, c_, ac_, r_, h_)
+                sync.count_done(done, 2 * t + 1, num_chunks)
         sync.wait_for(done, 2 * t + 1, num_chunks)
         if has_proj:
-            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False)):
-                _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, h0, w_proj, proj_work, lengths, pclip,
-                              proj_clip_on, h_raw_, h_)
+            for j in range(num_proj_chunks):
+                k = sync.claimed(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False), j)
+                if k >= 0:
+                    _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, h0, w_proj, proj_work, lengths, pclip,
+                                  proj_clip_on, h_raw_, h_)
+                    sync.count_done(done, 2 * t + 2, num_proj_chunks)
             sync.wait_for(done, 2 * t + 2, num_proj_chunks)
 
 
@@ -504,18 +513,24 @@ def backward_worker(w, claims, done, c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t
     steps = dgates.shape[0]
     for t in range(steps - 1, -2, -1):
         if has_proj or t < 0:
-            for k in sync.claimed_chunks(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False)):
-                _backward_h(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
-                            proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+            for j in range(num_proj_chunks):
+                k = sync.claimed(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False), j)
+                if k >= 0:
+                    _backward_h(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
+                                proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+                    sync.count_done(done, 2 * t + 2, num_proj_chunks)
             sync.wait_for(done, 2 * t + 2, num_proj_chunks)
         if t >= 0:
-            for k in sync.claimed_chunks(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False)):
-                if not has_proj:
-                    _backward_h(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t, proj_work,
-                                lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
-                _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths,
-                                w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc, w_i_grad,
-                                w_f_grad, w_o_grad)
+            for j in range(num_chunks):
+                k = sync.claimed(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False), j)
+                if k >= 0:
+                    if not has_proj:
+                        _backward_h(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t, proj_work,
+                                    lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work,
+                                    lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, dgates,
+                                    dc, w_i_grad, w_f_grad, w_o_grad)
+                    sync.count_done(done, 2 * t + 1, num_chunks)
             sync.wait_for(done, 2 * t + 1, num_chunks)
 
 

@@ -289,8 +289,11 @@ def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev
     tasks = 0 if fused else 4 * (rows.shape[0] - 1)
     if tasks:  # stage 0, the input projection: on worker 0 alone when it is small
         if parallel_projection or w == 0:
-            for k in sync.claimed_chunks(claims, done, np.int64(0), w, tasks, np.bool_(False)):
-                _input_projection(x2d, w_in, pre, rows, k)
+            for j in range(tasks):
+                k = sync.claimed(claims, done, np.int64(0), w, tasks, np.bool_(False), j)
+                if k >= 0:
+                    _input_projection(x2d, w_in, pre, rows, k)
+                    sync.count_done(done, np.int64(0), tasks)
         sync.wait_for(done, 0, tasks)
     num_chunks = bounds.shape[0] - 1
     if w >= num_chunks:
@@ -298,11 +301,14 @@ def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev
     x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
     for t in range(steps):
         own_done = False
-        for k in sync.claimed_chunks(claims, done, t + 1, w, num_chunks, x_ready):
-            mine = x_ready and k == w
-            _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work,
-                           wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
-            own_done = own_done or k == w
+        for j in range(num_chunks):
+            k = sync.claimed(claims, done, t + 1, w, num_chunks, x_ready, j)
+            if k >= 0:
+                mine = x_ready and k == w
+                _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work,
+                               wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                own_done = own_done or k == w
+                sync.count_done(done, t + 1, num_chunks)
         x_ready = fused and own_done and t + 1 < steps and sync.claim(claims, t + 2, w, stride)
         if x_ready:
             _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
@@ -406,10 +412,13 @@ def backward_worker(w, claims, done, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad
     one = dgates.dtype.type(1.0)
     num_chunks = bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
-        for k in sync.claimed_chunks(claims, done, t, w, num_chunks, np.bool_(False)):
-            _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
-                            blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
-                            wco_grad)
+        for j in range(num_chunks):
+            k = sync.claimed(claims, done, t, w, num_chunks, np.bool_(False), j)
+            if k >= 0:
+                _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
+                                blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
+                                wco_grad)
+                sync.count_done(done, t, num_chunks)
         sync.wait_for(done, t, num_chunks)
 
 

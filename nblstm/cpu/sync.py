@@ -15,8 +15,8 @@ the step is still unclaimed. A worker alone does every chunk itself; a
 stalled thread's chunk is taken over by another. Chunk results do not
 depend on which thread computes them.
 
-:func:`claimed_chunks` is that loop, for every kernel: a generator of the
-chunks a worker claims, whose caller runs each chunk in its loop body.
+:func:`claimed` is that loop's turn, for every kernel: the chunk a worker
+claims at its ``j``-th turn, which the caller runs in its loop body.
 
 The counters are 1-D ``int64`` arrays updated with sequentially consistent
 atomic adds (LLVM ``atomicrmw``): a chunk's writes happen before its
@@ -42,7 +42,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["atomic_add", "atomic_load", "claim", "claimed_chunks", "count_done", "counters", "wait_for"]
+__all__ = ["atomic_add", "atomic_load", "claim", "claimed", "count_done", "counters", "wait_for"]
 
 #: Spins (each a ``pause`` on x86, about 10-40 ns) before a waiter sleeps: a
 #: few microseconds, longer than the step imbalance of a quiet machine.
@@ -62,7 +62,7 @@ _FUTEX_WAKE_PRIVATE = 129
 
 
 def counters(stages, chunks):
-    """Zeroed ``(claims [stages * chunks], done [stages + 1])`` for :func:`claimed_chunks` and :func:`wait_for`.
+    """Zeroed ``(claims [stages * chunks], done [stages + 1])`` for :func:`claimed` and :func:`wait_for`.
 
     ``done[stages]`` counts the sleeping waiters.
     """
@@ -213,14 +213,25 @@ def claim(claims, stage, chunk, stride):
     return atomic_add(claims, stage * stride + chunk, 1) == 0
 
 
-@njit
-def claimed_chunks(claims, done, stage, worker, num_chunks, held):
-    """Yield every chunk of ``stage`` this worker claims, and count each one done once the caller has run it.
+@njit(inline="always")
+def claimed(claims, done, stage, worker, num_chunks, held, j):
+    """Chunk ``(worker + j) % num_chunks`` of ``stage`` if this worker claims it at its turn ``j``, else ``-1``.
 
-    The worker claims its own chunk ``worker`` first, then the others in
-    turn (``worker + 1, worker + 2, ...`` modulo ``num_chunks``). It does not
-    wait for the other workers' chunks: :func:`wait_for` ``(done, stage,
-    num_chunks)`` does. Usage: ``for k in claimed_chunks(...): <chunk k>``.
+    The worker claims its own chunk ``worker`` first (turn 0), then the
+    others in turn (``worker + 1, worker + 2, ...`` modulo ``num_chunks``).
+    It does not wait for the other workers' chunks: :func:`wait_for`
+    ``(done, stage, num_chunks)`` does. Usage, the caller counting each
+    chunk done once it has run it::
+
+        for j in range(num_chunks):
+            k = claimed(claims, done, stage, worker, num_chunks, held, j)
+            if k >= 0:
+                <chunk k>
+                count_done(done, stage, num_chunks)
+
+    (Not a generator: numba never finalises a generator that nopython code
+    runs, so each one would keep a reference to the counters it was given,
+    and every kernel call would leak them; numba issue 1278.)
 
     Parameters
     ----------
@@ -229,14 +240,13 @@ def claimed_chunks(claims, done, stage, worker, num_chunks, held):
         claims.shape[0] // S`` is at least the number of chunks of any stage.
     done : [S + 1] int64 array, zero on entry
         Chunks finished, per stage, and the sleepers (:func:`counters`).
-    stage, worker, num_chunks : int64
+    stage, worker, num_chunks, j : int64
     held : bool
         The worker has claimed its own chunk of ``stage`` already (with
         :func:`claim`, to start on it early).
     """
     stride = claims.shape[0] // (done.shape[0] - 1)
-    for j in range(num_chunks):
-        k = (worker + j) % num_chunks
-        if (j == 0 and held) or claim(claims, stage, k, stride):
-            yield k
-            count_done(done, stage, num_chunks)
+    k = (worker + j) % num_chunks
+    if (j == 0 and held) or claim(claims, stage, k, stride):
+        return k
+    return -1
