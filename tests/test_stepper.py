@@ -5,6 +5,8 @@ float16 computes in float32). The reference is the cell itself: the
 stepper promises the bits of ``cell(x_t, state)`` chained step by step.
 """
 
+import threading
+
 import numba
 import numpy as np
 import pytest
@@ -347,6 +349,55 @@ def test_state_errors():
     joined = make_cell(np.float32, state_is_tuple=False)
     with pytest.raises(TypeError, match=r"one \[B, 8\] array"):
         joined.stepper(1, (np.zeros((1, H), np.float32), np.zeros((1, H), np.float32)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Threads
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [{}, {"num_proj": P, "use_peepholes": True}], ids=["plain", "proj"])
+def test_one_stepper_from_several_threads_gives_serial_steps(options):
+    # One stream fed from 4 threads at once: every output must be that of a serial step from the state the
+    # previous step (of whichever thread) left. The kernel releases the GIL and works in the stepper's one
+    # buffer; without the stepper's lock, thousands of 6,000 such outputs matched no serial step.
+    threads, per_thread, batch = 4, 1500, 2
+    cell = make_cell(np.float32, **options)
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((threads, per_thread, batch, I)).astype(np.float32)
+    step = cell.stepper(batch)
+    barrier = threading.Barrier(threads)
+    outputs = np.empty((threads, per_thread, batch, cell.output_size), np.float32)
+
+    def feed(k):
+        barrier.wait()
+        for n in range(per_thread):
+            outputs[k, n] = step(xs[k, n])
+
+    pool = [threading.Thread(target=feed, args=(k,)) for k in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    # Replay: from the initial state, exactly one thread's next input gives the next output seen (the inputs
+    # are random: two threads cannot both match). Ties are not expected; a miss means a mixed step.
+    replay = cell.stepper(batch)
+    taken = [0] * threads
+    for _ in range(threads * per_thread):
+        state = replay.state
+        matches = []
+        for k in range(threads):
+            if taken[k] < per_thread:
+                replay.reset(state)
+                if np.array_equal(replay(xs[k, taken[k]]), outputs[k, taken[k]]):
+                    matches.append(k)
+        assert len(matches) == 1, f"after {sum(taken)} serial steps, {len(matches)} threads' next outputs match"
+        replay.reset(state)
+        replay(xs[matches[0], taken[matches[0]]])
+        taken[matches[0]] += 1
+    c, h = step.state
+    assert_same(h, replay.state.h)
+    assert_same(c, replay.state.c)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Calls from many Python threads at once, determinism, and memory use over many calls.
+"""Calls from many Python threads at once and determinism (memory over many calls: tests/test_leaks.py).
 
 The kernels' workers (:mod:`nblstm.cpu.threads`) may be started from several
 Python threads at once: one call uses the helper threads at a time, the others
@@ -6,9 +6,7 @@ run their workers one after the other in their own thread, with the same
 results.
 """
 
-import gc
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -275,37 +273,6 @@ def test_claimed_own_chunk_first_then_the_rest_once():
     order, _ = _claim_round(claims, done, 2, 3, num_chunks, True)
     assert order.tolist() == [3, 0, 1, 2] and done[2] == 4
     assert claims.reshape(stages, num_chunks)[2].tolist() == [1, 1, 1, 1, 2], "only chunk 4 was asked for twice"
-
-
-def _resident_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
-def test_ten_thousand_small_calls_leave_resident_memory_flat():
-    a = make_arrays(0, 2, 2, 3, 4, np.float32, 1.0)
-    core = (a["x"], a["cs_prev"], a["h_prev"], a["w"])
-    peeps = (a["wci"], a["wcf"], a["wco"])
-
-    def calls(n):
-        for k in range(n):
-            if k % 4 == 0:
-                out = nblstm.block_lstm(*core, a["b"], *peeps, use_peephole=True)
-            elif k % 4 == 1:
-                nblstm.block_lstm_grad(*core, out, a["cs_grad"], a["h_grad"], *peeps, use_peephole=True)
-            elif k % 4 == 2:
-                step = nblstm.lstm_block_cell(a["x"][0], a["cs_prev"], a["h_prev"], a["w"], a["b"])
-            else:
-                nblstm.lstm_block_cell_grad(a["x"][0], a["cs_prev"], a["h_prev"], a["w"], step, a["cs_prev"])
-
-    calls(1000)  # warm up: compilation, caches, allocator pools
-    gc.collect()
-    before = _resident_bytes()
-    calls(10_000)
-    gc.collect()
-    grown = _resident_bytes() - before
-    assert grown < 16 * 2**20, f"resident memory grew by {grown / 2**20:.1f} MiB over 10,000 calls"
 
 
 @numba.njit(nogil=True)
