@@ -98,7 +98,7 @@ class Stepper:
         self._state_arrays = state_arrays
         self._joined = not state_is_tuple
         # The kernel releases the GIL and works in the stepper's one buffer: two steps at once would mix
-        # their states. Uncontended, the lock costs about 0.1 us of a 7-15 us step (docs/streaming.md).
+        # their states. Uncontended, the lock costs about 0.15 us a step (docs/streaming.md).
         self._lock = threading.Lock()
         c0, h0 = self._checked_state(initial_state, "initial_state")
         self._impl = target.cell_stepper(weights=weights, options=options, batch_size=batch_size, c0=c0, h0=h0)
@@ -138,13 +138,16 @@ class Stepper:
             x_t.__class__ is np.ndarray and x_t.dtype is self._dtype and x_t.shape == self._x_shape and x_t.flags.carray
         ):
             x_t = self._checked_input(x_t)
-        if out is None:
-            with self._lock:
+        out = None if out is None else self._checked_out(out)
+        # acquire/release, not `with`: 0.15 us against 0.37 us here (CPython 3.11), of a 3-7 us step.
+        self._lock.acquire()
+        try:
+            if out is None:
                 return self._step(x_t)
-        out = self._checked_out(out)
-        with self._lock:
             out[...] = self._step(x_t)
-        return out
+            return out
+        finally:
+            self._lock.release()
 
     @property
     def state(self):
