@@ -3,10 +3,10 @@
 Each part needs its own framework; the tests that read the fixtures need
 none of them::
 
-    python scripts/make_layer_fixtures.py --only torch,onnx   # with torch, onnx and onnxruntime
+    python scripts/make_layer_fixtures.py --only torch,onnx,onnx_constants   # with torch, onnx and onnxruntime
     python scripts/make_layer_fixtures.py --only tf1,keras    # with tensorflow-cpu 2.21 and keras 3
 
-Four files are written (``tests/fixtures/README.md`` documents every key):
+Five files are written (``tests/fixtures/README.md`` documents every key):
 
 ``torch_layers.npz``
     ``torch.nn.LSTM`` stacked, bidirectional, batch-first and projected, with
@@ -22,6 +22,9 @@ Four files are written (``tests/fixtures/README.md`` documents every key):
 ``onnx_lstm.npz``
     ONNX ``LSTM`` nodes run by onnxruntime: forward, reverse, bidirectional,
     batch-major, stacked, the attributes nblstm refuses, and a PyTorch export.
+``onnx_constant_inputs.npz``
+    Two of those models with their ``sequence_lens`` (and initial states)
+    made initializers, run by onnxruntime: the reader refuses such constants.
 
 Every random number comes from fixed seeds, so a rerun reproduces the
 inputs exactly; outputs may differ in the last bit between framework builds.
@@ -911,16 +914,58 @@ def make_onnx(out_dir, seed):
     _save(out_dir / "onnx_lstm.npz", arrays, index)
 
 
+# Inputs of the call made constants of the model, which the reader must refuse, not drop; their cases are the
+# onnx_lstm.npz cases of the same names with those inputs moved to initializers.
+ONNX_CONSTANT_CASES = (
+    dict(name="constant_lens", source="forward", constants=("sequence_lens",)),
+    dict(name="constant_state", source="bidirectional", constants=("sequence_lens", "initial_h", "initial_c")),
+)
+
+
+def make_onnx_constants(out_dir, seed):
+    """Write ``onnx_constant_inputs.npz`` from ``onnx_lstm.npz`` (read from ``out_dir``; ``seed`` is unused)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    with np.load(out_dir / "onnx_lstm.npz", allow_pickle=False) as source:
+        stored = {k: source[k] for k in source.files}
+    arrays, cases = {}, []
+    for cfg in ONNX_CONSTANT_CASES:
+        name, src = cfg["name"], cfg["source"]
+        model = onnx.load_from_string(stored[f"{src}/model"].tobytes())
+        graph = model.graph
+        kept = [i for i in graph.input if i.name not in cfg["constants"]]
+        del graph.input[:]
+        graph.input.extend(kept)
+        graph.initializer.extend(numpy_helper.from_array(stored[f"{src}/{k}"], k) for k in cfg["constants"])
+        onnx.checker.check_model(model)
+        data = model.SerializeToString()
+        feeds = {i.name: stored[f"{src}/{i.name}"] for i in graph.input}
+        Y, Y_h, Y_c = _onnx_run(ort, data, feeds)
+        case = {"model": np.frombuffer(data, dtype=np.uint8).copy(), "Y": Y, "Y_h": Y_h, "Y_c": Y_c}
+        case.update({k: stored[f"{src}/{k}"] for k in (*feeds, *cfg["constants"])})
+        arrays.update({f"{name}/{k}": v for k, v in case.items()})
+        same = all(np.array_equal(a, stored[f"{src}/{k}"]) for k, a in (("Y", Y), ("Y_h", Y_h), ("Y_c", Y_c)))
+        cases.append({"name": name, "source": f"onnx_lstm.npz, case {src!r}", "constants": list(cfg["constants"]),
+                      "graph_inputs": sorted(feeds), "node_inputs": list(graph.node[0].input),
+                      "outputs_equal_source_case": bool(same), "arrays": sorted(case)})
+        print(f"  onnx {name}: initializers {list(cfg['constants'])}; outputs equal {src!r}'s: {same}")
+    index = {"cases": cases, "versions": _versions(), "generator": GENERATOR, "provider": "CPUExecutionProvider"}
+    _save(out_dir / "onnx_constant_inputs.npz", arrays, index)
+
+
 def main(argv=None):
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="output folder (tests/fixtures)")
-    parser.add_argument("--only", default="torch,tf1,keras,onnx",
-                        help="comma-separated subset of torch, tf1, keras, onnx")
+    parser.add_argument("--only", default="torch,tf1,keras,onnx,onnx_constants",
+                        help="comma-separated subset of torch, tf1, keras, onnx, onnx_constants")
     parser.add_argument("--seed", type=int, default=20240611)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    makers = {"torch": make_torch, "tf1": make_tf1, "keras": make_keras, "onnx": make_onnx}
+    makers = {"torch": make_torch, "tf1": make_tf1, "keras": make_keras, "onnx": make_onnx,
+              "onnx_constants": make_onnx_constants}
     for part in args.only.split(","):
         makers[part.strip()](args.out, args.seed)
 

@@ -9,6 +9,7 @@ direction of one layer here; whole layers are tested with ``nblstm.LSTM``). No f
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -1002,6 +1003,135 @@ def test_fixture_onnx_attributes_and_exports():
         np.testing.assert_allclose(a["bias"], b["bias"], **F32)
     stacked = [porting.onnx.read(model("stacked"), name=n["name"])[0] for n in index["stacked"]["nodes"]]
     assert [(c["input_size"], c["hidden_size"], c["bidirectional"]) for c in stacked] == [(3, 3, True), (6, 4, False)]
+
+
+@pytest.mark.parametrize("name", ["constant_lens", "constant_state"])
+def test_fixture_onnx_constant_inputs_are_refused_and_the_suggested_call_is_onnxruntimes(name):
+    """A constant sequence_lens (or initial state) is refused, not dropped; the call the message suggests gives
+    onnxruntime's results for that model."""
+    onnx = pytest.importorskip("onnx")
+    index, data = _fixture("onnx_constant_inputs.npz")
+    case = next(c for c in index["cases"] if c["name"] == name)
+    model = onnx.load_from_string(data[f"{name}/model"].tobytes())
+    node = model.graph.node[0]
+    assert [i.name for i in model.graph.input] == ["X"] and set(case["constants"]) <= set(node.input)
+    lengths = data[f"{name}/sequence_lens"]
+    with pytest.raises(ValueError) as refused:
+        nblstm.LSTM.from_onnx(model)
+    assert str(refused.value) == (
+        f"LSTM node 'lstm' has a constant sequence_lens ('sequence_lens' = {lengths.tolist()}): nblstm.LSTM keeps no "
+        f"lengths. Pass them when calling the layer, lstm(X, sequence_length={lengths.tolist()}), and read the node "
+        "without them (clear its input: node.input[4] = '')")
+    node.input[4] = ""
+    hx = None
+    if "initial_h" in case["constants"]:
+        with pytest.raises(ValueError, match=r"nonzero constant initial_h \('initial_h'\).*lstm\(X, \(initial_h, "
+                                             r"initial_c\)\).*node.input\[5\] = ''"):
+            nblstm.LSTM.from_onnx(model)
+        node.input[5] = node.input[6] = ""
+        hx = (data[f"{name}/initial_h"], data[f"{name}/initial_c"])
+    lstm = nblstm.LSTM.from_onnx(model)
+    x = data[f"{name}/X"]
+    output, (h_n, c_n) = lstm(x, hx, sequence_length=lengths)
+    steps, batch = x.shape[:2]
+    Y = output.reshape(steps, batch, lstm.num_directions, lstm.hidden_size).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(Y, data[f"{name}/Y"], **F32)
+    np.testing.assert_allclose(h_n, data[f"{name}/Y_h"], **F32)
+    np.testing.assert_allclose(c_n, data[f"{name}/Y_c"], **F32)
+
+
+def test_onnx_reads_every_kind_of_constant(rng):
+    """Constants of every form ONNX has are read: an option is never dropped because of how it is stored."""
+    onnx, model, node, arrays = _onnx_model(rng, peepholes=True)
+    from onnx import helper, numpy_helper
+
+    expected = porting.onnx.read(model)[1][0]
+    node = model.graph.node[0]
+    # sequence_lens as a Constant node of each numeric form, and as a sparse initializer.
+    for form, value in (("value_ints", [3, 2]), ("value_int", 4)):
+        model.graph.node.insert(0, helper.make_node("Constant", [], [f"lens_{form}"], **{form: value}))
+        node.input[4] = f"lens_{form}"
+        with pytest.raises(ValueError, match=re.escape(f"constant sequence_lens ('lens_{form}' = {value})")):
+            porting.onnx.read(model)
+    values = numpy_helper.from_array(np.array([5, 1], np.int32), "lens_sparse")
+    model.graph.sparse_initializer.append(
+        helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([0, 2], np.int64), "i"), [3]))
+    node.input[4] = "lens_sparse"
+    with pytest.raises(ValueError, match=r"constant sequence_lens \('lens_sparse' = \[5, 0, 1\]\)"):
+        porting.onnx.read(model)
+    # A weight as a sparse initializer, and as a Constant node's value_floats.
+    node.input[4] = ""
+    P = arrays["P"].copy()
+    P[0, 1:] = 0
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(
+        numpy_helper.from_array(P[0, :1], "P_sparse"), numpy_helper.from_array(np.array([[0, 0]], np.int64), "j"),
+        list(P.shape)))
+    node.input[7] = "P_sparse"
+    assert porting.onnx.read(model)[1][0]["w_i_diag"][0] == P[0, 0]
+    assert not porting.onnx.read(model)[1][0]["w_o_diag"].any()
+    node.input[7] = "P"
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["floats"], value_floats=[1.0, 2.0]))
+    node.input[3] = "floats"
+    with pytest.raises(ValueError, match=r"input B of LSTM node 'lstm' has shape \(2,\)"):
+        porting.onnx.read(model)
+    node.input[3] = "B"
+    np.testing.assert_array_equal(porting.onnx.read(model)[1][0]["kernel"], expected["kernel"])
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["text"], value_strings=["a"]))
+    node.input[4] = "text"
+    with pytest.raises(ValueError, match=r"input 'text' of LSTM node 'lstm' is the Constant node '' with attributes "
+                                         r"\['value_strings'\]"):
+        porting.onnx.read(model)
+
+
+def test_onnx_refuses_what_it_cannot_read(rng, tmp_path):
+    onnx, model, node, arrays = _onnx_model(rng)
+    from onnx import AttributeProto, TensorProto, helper
+
+    def refused(match, target=None):
+        with pytest.raises(ValueError, match=match):
+            porting.onnx.read(model if target is None else target)
+
+    node = model.graph.node[0]
+    node.input.extend(["", "", "", "", "extra"])
+    refused(r"LSTM node 'lstm' has 9 inputs; ONNX's LSTM has 8 \(X, W, R, B, sequence_lens, initial_h, initial_c, "
+            r"P\)")
+    del node.input[4:]
+    node.attribute.append(helper.make_attribute("layout", "1"))
+    refused("has the attribute layout of type STRING; ONNX's LSTM defines it as INT")
+    node.attribute[-1].CopyFrom(helper.make_attribute("hidden_size", 3))
+    refused(r"has the attributes \['hidden_size'\] more than once")
+    del node.attribute[-1]
+    assert node.attribute[0].type == AttributeProto.STRING and porting.onnx.read(model)[0]["hidden_size"] == 3
+    # A subgraph's input hides an outer initializer of its name: the weight is not a constant there.
+    body = helper.make_graph([node], "body", [helper.make_tensor_value_info("W", TensorProto.FLOAT, None)], [])
+    outer = helper.make_graph([helper.make_node("Loop", ["", "", "Y0"], ["Y"], body=body)], "g", [], [],
+                              list(model.graph.initializer))
+    refused(r"input W \('W'\) of LSTM node 'lstm' is not in the graph's initializers", outer)
+    # External data: never read for an in-memory model (no folder), and only inside the model's folder.
+    W = model.graph.initializer[0]
+    raw = W.raw_data
+    W.ClearField("raw_data")
+    W.data_location = TensorProto.EXTERNAL
+    entry = W.external_data.add()
+    entry.key, entry.value = "location", "W.bin"
+    refused(r"input 'W' of LSTM node 'lstm' keeps its data in an external file \('W.bin'\), and an in-memory model "
+            "has no folder")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "W.bin").write_bytes(raw)
+    (tmp_path / "outside.bin").write_bytes(raw)
+    onnx.save(model, str(folder / "lstm.onnx"))
+    kernel = porting.onnx.read(folder / "lstm.onnx")[1][0]["kernel"]
+    assert np.array_equal(kernel[:2], convert.onnx_to_lstmcell(arrays["W"][0], arrays["R"][0])["kernel"][:2])
+    (folder / "link.bin").symlink_to(tmp_path / "outside.bin")
+    for location in ("../outside.bin", str(tmp_path / "outside.bin"), "link.bin"):
+        entry.value = location
+        onnx.save(model, str(folder / "lstm.onnx"))
+        refused(rf"'.*lstm.onnx': input 'W' of LSTM node 'lstm' keeps its data in '{re.escape(location)}', outside "
+                "the model's folder", folder / "lstm.onnx")
+    entry.value = "missing.bin"
+    onnx.save(model, str(folder / "lstm.onnx"))
+    refused("keeps its data in 'missing.bin', which is not a file in the model's folder", folder / "lstm.onnx")
 
 
 def test_package_exports():

@@ -353,7 +353,9 @@ class LSTM:
 
         ONNX's ``layout`` gives ``batch_first``; ``clip`` (a clip of every gate
         pre-activation) and ``input_forget`` have no nblstm equivalent and
-        are refused, as are activations the kernels do not have. The ONNX
+        are refused, as are activations the kernels do not have, and a
+        constant ``sequence_lens`` or initial state (pass them when calling
+        the layer: ``sequence_length=``, ``hx``). The ONNX
         outputs are ``Y [T, D, B, H]``: ``output.reshape(T, B, D, H).transpose(0, 2, 1, 3)``
         (time-major) is ``Y``. A zero-length example's final state is its initial
         state here; onnxruntime returns zeros for it.
@@ -361,7 +363,8 @@ class LSTM:
         Parameters
         ----------
         model_or_node : ModelProto, GraphProto, path or NodeProto
-            Needs the ``onnx`` package (the ``onnx`` extra).
+            Needs the ``onnx`` package (the ``onnx`` extra). A file that is
+            not an ONNX model raises ``ValueError`` naming it.
         name : str, optional
             The node, when the model has several ``LSTM`` nodes.
         weights : dict, optional
