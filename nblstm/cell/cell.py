@@ -27,6 +27,7 @@ once, on first use, and kept there (per compute dtype and GPU) until
 """
 
 import numbers
+import os
 import warnings
 from collections import namedtuple
 
@@ -486,6 +487,22 @@ class LSTMCell:
     def load(cls, path):
         """A cell saved by :meth:`save`, with its configuration and weights.
 
+        Nothing in the file is run: its arrays are read without pickles
+        (``allow_pickle=False``) and its configuration is JSON.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+
+        Raises
+        ------
+        ValueError, TypeError
+            A file that is not one :meth:`save` wrote (empty, truncated,
+            corrupt, another format) or whose configuration or weights are
+            wrong; the message names the file.
+        OSError
+            A missing or unreadable file.
+
         Examples
         --------
         >>> import os, tempfile
@@ -501,8 +518,11 @@ class LSTMCell:
         True
         """
         config, weights = load(path)
-        cell = cls(**config)
-        cell.set_weights(weights)
+        try:
+            cell = cls(**config)
+            cell.set_weights(weights)
+        except (TypeError, ValueError) as e:  # the file's arguments or arrays are wrong: say which file
+            raise (TypeError if isinstance(e, TypeError) else ValueError)(f"{os.fspath(path)!r}: {e}") from None
         return cell
 
     # -- conversions -----------------------------------------------------------------------------------

@@ -128,10 +128,43 @@ def save(path, config, weights):
 
 
 def load(path):
-    """``(config, weights)`` from a file written by :func:`save`."""
-    with np.load(os.fspath(path), allow_pickle=False) as data:
+    """``(config, weights)`` from a file written by :func:`save`.
+
+    Nothing in the file is run: no pickles (``allow_pickle=False``: object
+    arrays are refused), and the configuration is JSON. A file that is not
+    such an ``.npz`` (empty, truncated, corrupt, another format) raises
+    ``ValueError`` naming it; a missing one, the system's ``OSError``.
+    """
+    name = os.fspath(path)
+    what = repr(name)
+    not_ours = f"{what} is not an LSTMCell file (an .npz written by LSTMCell.save)"
+    with open(name, "rb") as f:  # told apart here: numpy takes any other file for a pickle, and says so
+        head = f.read(6)
+    if not head:
+        raise ValueError(f"{not_ours}: the file is empty")
+    if head.startswith(b"\x93NUMPY"):
+        raise ValueError(f"{not_ours}: it holds one array (a .npy file)")
+    if not head.startswith(b"PK"):
+        raise ValueError(f"{not_ours}: it is not a zip archive, which an .npz is")
+    try:
+        data = np.load(name, allow_pickle=False)
+    except Exception as e:  # numpy and zipfile raise many kinds for a damaged archive; all mean "not ours"
+        raise ValueError(f"{not_ours}: {type(e).__name__}: {e}") from None
+    with data:
         if "config" not in data.files:
-            raise ValueError(f"{path} is not an LSTMCell file (no 'config' entry)")
-        config = json.loads(str(data["config"]))
-        weights = {k[len("weight:"):]: data[k] for k in data.files if k.startswith("weight:")}
+            raise ValueError(f"{not_ours}: no 'config' entry")
+        try:  # the members are read here: a corrupt or truncated one fails now
+            text = data["config"]
+            weights = {k[len("weight:"):]: data[k] for k in data.files if k.startswith("weight:")}
+        except Exception as e:  # zlib, zipfile and numpy errors of a damaged or foreign entry
+            raise ValueError(f"{not_ours}: an entry cannot be read ({type(e).__name__}: {e})") from None
+    if text.ndim != 0 or text.dtype.kind not in "US":
+        raise ValueError(f"{not_ours}: its 'config' is not a string")
+    try:
+        config = json.loads(str(text))
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{what}: its 'config' is not JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{what}: its 'config' is a JSON {type(config).__name__}, not the dict of the cell's "
+                         "arguments")
     return config, weights
