@@ -20,6 +20,7 @@ __all__ = [
     "check_clip_bound",
     "check_dtype",
     "check_layout",
+    "check_layout_fit",
     "check_lengths",
     "check_mask",
     "check_positive_int",
@@ -236,31 +237,77 @@ def check_choice(name, value, choices):
     return value.lower()
 
 
-def _rows(state):
-    """The rows of a state argument (its first array's first axis), or ``None``; nested tuples are looked into."""
-    while isinstance(state, (tuple, list)) and state:
-        state = state[0]
-    shape = getattr(state, "shape", None)
-    return shape[0] if shape else None
+def _shape_of(value):
+    """``value``'s shape as ints (a list or tuple of scalars: its length), or ``None``; never raises."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        if isinstance(value, (list, tuple)) and not any(isinstance(x, (list, tuple)) for x in value):
+            return (len(value),)
+        return None
+    try:
+        return tuple(int(n) for n in shape)
+    except (TypeError, ValueError):
+        return None
 
 
-def check_sequence_layout(state, sequence_length, steps, batch, time_major):
-    """A state or lengths sized like the time axis of the inputs: say ``time_major``, not just "wrong shape".
+def check_layout_fit(inputs, shape, batch_major, flag, fix, args, mask=None):
+    """Arguments sized for the other layout of the inputs: a ``ValueError`` that names the layout's flag.
 
-    ``steps`` and ``batch`` are the inputs' sizes read with the caller's
-    ``time_major``; nothing is raised when they are equal (no evidence).
+    A ``[T, B, I]`` sequence read as ``[B, T, I]`` (or the reverse) makes
+    the states, lengths and mask the caller sized for ``B`` look wrong; their
+    own shape checks would only say "expected (B, ...)" of a ``B`` that is
+    really ``T``. Nothing is raised without evidence: ``T == B``, or no
+    argument sized like the time axis.
+
+    Parameters
+    ----------
+    inputs : str
+        The inputs' argument name.
+    shape : tuple of int
+        The inputs' shape as given, ``[B, T, I]`` when ``batch_major``, else ``[T, B, I]``.
+    batch_major : bool
+    flag : str
+        The setting that reads them so, e.g. ``"batch_first=True"``.
+    fix : str
+        What to do when the inputs have the other layout.
+    args : list of (str, object, int, int)
+        ``(name, value, batch axis, rank)`` of the arguments sized by ``B``;
+        a value without that rank (or ``None``) is left to its own checks.
+    mask : [B, T] mask, optional
+        Batch first whatever the layout.
     """
+    if len(shape) < 2:
+        return
+    steps, batch = (shape[1], shape[0]) if batch_major else (shape[0], shape[1])
     if steps == batch:
         return
-    sizes = [("initial_state", _rows(state))]
-    if sequence_length is not None and hasattr(sequence_length, "__len__"):
-        sizes.append(("sequence_length", len(sequence_length)))
-    for name, size in sizes:
-        if size == steps:
-            layout = "[T, B, I] (time-major)" if time_major else "[B, T, I] (batch-major)"
-            other = "time_major=False" if time_major else "time_major=True"
-            raise ValueError(f"{name} has {size} rows, the size of the time axis of inputs read as {layout}; "
-                             f"if inputs is {'batch' if time_major else 'time'}-major, pass {other}")
+    read = "[B, T, I]" if batch_major else "[T, B, I]"
+    other = "[T, B, I]" if batch_major else "[B, T, I]"
+    seen = f"{inputs} {tuple(shape)} read as {read} ({flag}: B = {batch}, T = {steps})"
+    for name, value, axis, rank in args:
+        found = _shape_of(value)
+        if found is not None and len(found) == rank and found[axis] == steps:
+            raise ValueError(f"{name} has shape {found}, a batch of {steps}: that is the time axis of {seen}. If "
+                             f"{inputs} is {other}, {fix}; otherwise {name} must have a batch of {batch}")
+    found = _shape_of(mask) if mask is not None else None
+    if found == (steps, batch):  # a transposed mask, or the inputs' other layout: both said, the mask first
+        raise ValueError(f"mask has shape {found}; expected [B, T] = {(batch, steps)} (Keras's layout: batch first, "
+                         f"whatever the layout of {inputs}), with {seen}. If {inputs} is {other}, {fix}")
+
+
+def check_sequence_layout(state, sequence_length, shape, time_major, mask=None):
+    """:func:`check_layout_fit` for the cell and ``dynamic_rnn``: a state, lengths or mask sized for the other
+    ``time_major``.
+
+    ``shape`` is the inputs' shape as given (``[T, B, I]`` when
+    ``time_major``); a state's first array (``c``, or the first cell's of a
+    ``MultiRNNCell``) has the batch on its first axis.
+    """
+    first = state
+    while isinstance(first, (tuple, list)) and first:
+        first = first[0]
+    check_layout_fit("inputs", shape, not time_major, f"time_major={time_major}", f"pass time_major={not time_major}",
+                     [("initial_state", first, 0, 2), ("sequence_length", sequence_length, 0, 1)], mask)
 
 
 def check_mask(mask, steps, batch, name="mask"):

@@ -1374,3 +1374,122 @@ def test_dropout_in_float32_keeps_the_dtype():
     lstm = nblstm.LSTM(2, 3, num_layers=2, dropout=0.5, seed=0)
     out, (h_n, _) = lstm(np.ones((4, 2, 2), np.float32), training=True)
     assert out.dtype == np.float32 and h_n.dtype == np.float32
+
+
+# ----------------------------------------------------------------------------------------------------
+# Messages: the other layout, and the cells of a stack
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_layer_fed_the_other_layout_names_batch_first():
+    """hx, lengths or a mask that fit the input's other layout: the message says batch_first, not just "(1, 5, 6)"."""
+    lstm = LSTM(6, 6, batch_first=True)
+    x = np.zeros((5, 3, 6), np.float32)  # [T, B, I] = (5, 3, 6), read as [B, T, I]
+    hx = (np.zeros((1, 3, 6), np.float32), np.zeros((1, 3, 6), np.float32))
+    read = r"input \(5, 3, 6\) read as \[B, T, I\] \(batch_first=True: B = 5, T = 3\)\. If input is \[T, B, I\], " \
+           r"use a layer with batch_first=False, or pass input.swapaxes\(0, 1\)"
+    seen = "that is the time axis of " + read
+    for call in (lstm, lstm.vjp):
+        with pytest.raises(ValueError, match=rf"^hx\[0\] \(h\) has shape \(1, 3, 6\), a batch of 3: {seen}; "
+                                             r"otherwise hx\[0\] \(h\) must have a batch of 5$"):
+            call(x, hx)
+        with pytest.raises(ValueError, match=rf"^hx\[1\] \(c\) has shape \(1, 3, 6\), a batch of 3: {seen}"):
+            call(x, (None, hx[1]))
+        for lengths in ([5, 2, 4], np.array([5, 2, 4])):
+            with pytest.raises(ValueError, match=rf"^sequence_length has shape \(3,\), a batch of 3: {seen}; "
+                                                 "otherwise sequence_length must have a batch of 5$"):
+                call(x, sequence_length=lengths)
+        with pytest.raises(ValueError, match=r"^mask has shape \(3, 5\); expected \[B, T\] = \(5, 3\) \(Keras's "
+                                             rf"layout: batch first, whatever the layout of input\), with {read}$"):
+            call(x, mask=np.ones((3, 5), bool))
+    # The other way round, and the state's shape check where no layout fits.
+    time_major = LSTM(6, 6)
+    with pytest.raises(ValueError, match=r"read as \[T, B, I\] \(batch_first=False: B = 5, T = 3\)\. If input is "
+                                         r"\[B, T, I\], use a layer with batch_first=True"):
+        time_major(np.zeros((3, 5, 6), np.float32), sequence_length=[3, 1, 2])
+    with pytest.raises(ValueError, match=r"^hx\[0\] \(h\) has shape \(1, 4, 6\); expected \(1, 5, 6\)"):
+        lstm(x, (np.zeros((1, 4, 6), np.float32), None))
+    square = np.zeros((3, 3, 6), np.float32)  # T == B: no evidence either way
+    with pytest.raises(ValueError, match=r"^sequence_length has shape \(2,\); expected \(3,\)"):
+        lstm(square, sequence_length=[1, 2])
+
+
+def test_cell_and_dynamic_rnn_fed_the_other_layout_name_time_major():
+    cell = LSTMCell(4, dtype=np.float32, seed=0)
+    x = np.zeros((5, 3, 6), np.float32)
+    with pytest.raises(ValueError, match=r"^mask has shape \(3, 5\); expected \[B, T\] = \(5, 3\) .*, with inputs "
+                                         r"\(5, 3, 6\) read as \[B, T, I\] \(time_major=False: B = 5, T = 3\)\. If "
+                                         r"inputs is \[T, B, I\], pass time_major=True$"):
+        cell.run(x, mask=np.ones((3, 5), bool), time_major=False)
+    with pytest.raises(ValueError, match=r"^initial_state has shape \(5, 4\), a batch of 5: that is the time axis "
+                                         r"of inputs \(5, 3, 6\) read as \[T, B, I\] \(time_major=True: B = 3, T = 5\)"
+                                         r"\. If inputs is \[B, T, I\], pass time_major=False"):
+        cell.run(x, cell.zero_state(5, np.float32))
+    stack = MultiRNNCell([LSTMCell(4, seed=0), LSTMCell(2, seed=1)])
+    with pytest.raises(ValueError, match=r"^initial_state has shape \(3, 4\), a batch of 3: .*\(time_major=False: "
+                                         r"B = 5, T = 3\)\. If inputs is \[T, B, I\], pass time_major=True"):
+        nblstm.dynamic_rnn(stack, x, initial_state=stack.zero_state(3, np.float32))
+    # A 0-d sequence_length reaches its own check (it has no length to compare).
+    with pytest.raises(ValueError, match=r"sequence_length has shape \(\); expected \(3,\)"):
+        cell.run(x, None, np.array(3))
+    assert not cell.built  # nothing ran
+
+
+def test_multi_rnn_cell_names_the_cell_that_does_not_fit():
+    x = np.zeros((2, 5, 6), np.float32)  # [B, T, I]
+    first = LSTMCell(4, seed=0)
+    wrong = LSTMCell(3, num_proj=2, seed=1)
+    wrong.build(5)  # reads 5 columns; the first cell outputs 4
+    stack = MultiRNNCell([first, wrong])
+    expected = (r"cell.cells\[1\] \(LSTMCell\(3, num_proj=2\)\) was built for input depth 5, but cell.cells\[0\] "
+                r"\(LSTMCell\(4\)\) outputs 4 columns \(its output_size\): each cell of a MultiRNNCell reads the "
+                "outputs of the cell before it")
+    with pytest.raises(ValueError, match="^" + expected + "$"):
+        nblstm.dynamic_rnn(stack, x)
+    with pytest.raises(ValueError, match="^" + expected.replace("cell.cells", "cell_bw.cells")):
+        nblstm.bidirectional_dynamic_rnn(LSTMCell(2), stack, x)
+    assert not first.built  # validated before any kernel ran: the first cell would have been built
+    with pytest.raises(ValueError, match=r"^cells\[1\] \(LSTMCell\(3, num_proj=2\)\) was built for input depth 5, "
+                                         r"but cells\[0\] \(LSTMCell\(4\)\) outputs 4 columns"):
+        stack(x[:, 0], stack.zero_state(2, np.float32))
+    with pytest.raises(ValueError, match=r"^cell.cells\[0\] \(LSTMCell\(3, num_proj=2\)\) was built for input depth "
+                                         r"5, but inputs has depth 6 \(shape \(2, 5, 6\)\)$"):
+        nblstm.dynamic_rnn(MultiRNNCell([wrong]), x)
+    # Another dtype: named against what the previous cell produces.
+    float64 = LSTMCell(3, dtype=np.float64, seed=2)
+    with pytest.raises(TypeError, match=r"^cell.cells\[1\] \(LSTMCell\(3\)\) has dtype float64, but cell.cells\[0\] "
+                                        r"\(LSTMCell\(4\)\) produces float32: every cell of a MultiRNNCell computes "
+                                        "in the dtype of inputs$"):
+        nblstm.dynamic_rnn(MultiRNNCell([first, float64]), x)
+    with pytest.raises(TypeError, match=r"^cell.cells\[0\] \(LSTMCell\(3\)\) has dtype float64, but inputs has dtype "
+                                        "float32$"):
+        nblstm.dynamic_rnn(MultiRNNCell([float64, first]), x)
+    # A state of the wrong shape names its cell; a cell used twice must get the same depth both times.
+    states = MultiRNNCell([first, LSTMCell(3)]).zero_state(2, np.float32)
+    bad = (states[0], LSTMStateTuple(states[1].c, np.zeros((2, 4), np.float32)))
+    with pytest.raises(ValueError, match=r"^initial_state\[1\].h has shape \(2, 4\); expected \(2, 3\)"):
+        nblstm.dynamic_rnn(MultiRNNCell([first, LSTMCell(3)]), x, initial_state=bad)
+    with pytest.raises(ValueError, match=r"cell.cells\[1\] \(LSTMCell\(4\)\) was built for input depth 6, but "
+                                         r"cell.cells\[0\] \(LSTMCell\(4\)\) outputs 4 columns"):
+        nblstm.dynamic_rnn(MultiRNNCell([first, first]), x)
+    assert not first.built
+
+
+def test_nested_multi_rnn_cells_run_as_their_cells_in_order():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 5, 6))
+    cells = [LSTMCell(4, dtype=np.float64, seed=k) for k in range(3)]
+    flat = MultiRNNCell(cells)
+    nested = MultiRNNCell([MultiRNNCell(cells[:2]), cells[2]])
+    out_flat, state_flat = nblstm.dynamic_rnn(flat, x, sequence_length=[5, 2])
+    initial = nested.zero_state(2, np.float64)
+    out_nested, state_nested = nblstm.dynamic_rnn(nested, x, sequence_length=[5, 2], initial_state=initial)
+    np.testing.assert_array_equal(out_nested, out_flat)
+    assert len(state_nested) == 2 and len(state_nested[0]) == 2
+    for a, b in zip((*state_nested[0], state_nested[1]), state_flat, strict=True):
+        np.testing.assert_array_equal(a.h, b.h)
+    output, step_state = nested(x[:, 0], initial)
+    np.testing.assert_allclose(output, flat(x[:, 0], flat.zero_state(2, np.float64))[0], rtol=0, atol=0)
+    assert isinstance(step_state[0], tuple) and len(step_state[0]) == 2
+    with pytest.raises(TypeError, match=r"initial_state\[0\] must be a tuple of 2 cell states"):
+        nblstm.dynamic_rnn(nested, x, initial_state=(initial[0][:1], initial[1]))

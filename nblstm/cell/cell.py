@@ -850,8 +850,8 @@ class LSTMCell:
         ------
         TypeError, ValueError
             Wrong types, ranks, shapes, dtypes, lengths outside ``[0, T]``, a
-            mask with lengths; a state or lengths whose batch size is the
-            other axis of ``inputs`` (the message says to pass ``time_major``).
+            mask with lengths; a state, lengths or mask sized for the other
+            layout of ``inputs`` (the message says to pass ``time_major``).
 
         Examples
         --------
@@ -923,11 +923,11 @@ class LSTMCell:
         reverse = v.check_bool("reverse", reverse)
         zero_masked = v.check_bool("zero_output_for_mask", zero_masked)
         info = self._check_inputs(inputs, rank=3)
+        v.check_sequence_layout(initial_state, sequence_length, tuple(info.shape), time_major, mask)
         if not time_major:
             inputs = swap01(inputs, info.kind)
             info = v.describe_array("inputs", inputs)
         steps, batch = info.shape[0], info.shape[1]
-        v.check_sequence_layout(initial_state, sequence_length, steps, batch, time_major)
         if mask is not None:
             if sequence_length is not None:
                 raise ValueError("pass sequence_length or mask, not both")

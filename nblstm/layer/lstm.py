@@ -416,6 +416,15 @@ class LSTM:
             ``(output [T, B, D * P], (h_n [L * D, B, P], c_n [L * D, B, H]))``
             (``output`` batch-first with ``batch_first``), of the input's
             kind: NumPy arrays, or Numba device arrays for GPU inputs.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Wrong types, ranks, shapes, dtypes, lengths outside ``[0, T]``, a
+            mask with lengths. When ``hx``, ``sequence_length`` or ``mask``
+            fits the input's other layout (``[T, B, I]`` read as ``[B, T, I]``
+            or the reverse, ``T != B``), the message says so and names
+            ``batch_first``.
         """
         return self._forward(input, hx, sequence_length, mask, training, with_grad=False)[:2]
 
@@ -495,6 +504,12 @@ class LSTM:
         kind = info.kind
         x = arrays.swap01(input, kind) if self.batch_first else input  # time-major from here on
         steps, batch = (info.shape[1], info.shape[0]) if self.batch_first else info.shape[:2]
+        # hx, lengths or a mask sized for the other layout: the mistake is the input's layout, so say batch_first.
+        pair = hx if isinstance(hx, (tuple, list)) and len(hx) == 2 else (None, None)
+        v.check_layout_fit("input", tuple(info.shape), self.batch_first, f"batch_first={self.batch_first}",
+                           f"use a layer with batch_first={not self.batch_first}, or pass input.swapaxes(0, 1)",
+                           [("hx[0] (h)", pair[0], 1, 3), ("hx[1] (c)", pair[1], 1, 3),
+                            ("sequence_length", sequence_length, 0, 1)], mask)
         hx = self._check_hx(hx, batch, kind)
         lengths = None
         if mask is not None:

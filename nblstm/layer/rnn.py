@@ -13,6 +13,7 @@ are discarded).
 import re
 
 from .. import _validate as v
+from .._dispatch import check_precision
 from ..cell import LSTMCell
 from ..interchange import accepts_any_array
 from . import arrays
@@ -25,10 +26,20 @@ class MultiRNNCell:
 
     Parameters
     ----------
-    cells : list of LSTMCell
-        Cell ``k + 1`` reads cell ``k``'s output.
+    cells : list of LSTMCell or MultiRNNCell
+        Cell ``k + 1`` reads cell ``k``'s output (a nested stack is its
+        cells in order, its state a tuple in the tuple).
     state_is_tuple : bool, default True
         TensorFlow's only supported value.
+
+    Notes
+    -----
+    Every cell is checked against what reaches it before any kernel runs:
+    a cell built for another input depth than the previous cell's
+    ``output_size`` (the inputs' depth for the first), a cell of another
+    dtype than the inputs, or a state of the wrong shape raises an error
+    that names the cell (``cells[k]``, ``cell.cells[k]`` in
+    :func:`dynamic_rnn`) and both sides.
 
     Examples
     --------
@@ -66,14 +77,32 @@ class MultiRNNCell:
 
     @accepts_any_array
     def __call__(self, inputs, state, scope=None):
-        """One step of every cell: ``output, new_state = stack(inputs, state)``."""
+        """One step of every cell: ``output, new_state = stack(inputs, state)``.
+
+        Parameters
+        ----------
+        inputs : [B, I] array
+        state : tuple
+            One state per cell (:attr:`state_size`).
+        scope : ignored
+
+        Returns
+        -------
+        tuple
+            ``(output [B, P], new_state)``, ``P`` the last cell's output size.
+        """
         if not isinstance(state, (tuple, list)) or len(state) != len(self.cells):
             raise TypeError(f"state must be a tuple of {len(self.cells)} cell states")
-        new = []
-        for cell, s in zip(self.cells, state, strict=True):
+        info = v.describe_array("inputs", inputs)
+        if len(info.shape) != 2:
+            raise ValueError(f"inputs must have rank 2 [B, I], got shape {tuple(info.shape)}")
+        flat = _flatten(self, state, "", "state")
+        _check_chain(flat, info, info.shape[0])
+        finals = []
+        for _, cell, s, _ in flat:
             inputs, s = cell(inputs, s)
-            new.append(s)
-        return inputs, tuple(new)
+            finals.append(s)
+        return inputs, _nest(self, iter(finals))
 
     def get_weights(self):
         """``{"cell_{k}/{name}": array}``, cell after cell (TensorFlow's scope names without ``rnn/multi_rnn_cell``)."""
@@ -121,6 +150,64 @@ def _per_cell(weights, cells):
     return groups
 
 
+def _flatten(cell, state, label, state_label):
+    """The LSTMCells of ``cell`` in order, nested stacks flattened: ``[(label, cell, state, state label)]``.
+
+    The labels name each cell and its state in messages (``cell.cells[1]``,
+    ``initial_state[1]``); ``state`` may be ``None`` (zeros for every cell).
+    """
+    if not isinstance(cell, MultiRNNCell):
+        return [(label, cell, state, state_label)]
+    if state is not None and (not isinstance(state, (tuple, list)) or len(state) != len(cell.cells)):
+        raise TypeError(f"{state_label} must be a tuple of {len(cell.cells)} cell states (one per cell of the "
+                        "MultiRNNCell)")
+    flat = []
+    for k, c in enumerate(cell.cells):
+        flat += _flatten(c, None if state is None else state[k], f"{label}.cells[{k}]" if label else f"cells[{k}]",
+                         f"{state_label}[{k}]")
+    return flat
+
+
+def _nest(cell, finals):
+    """The final states of :func:`_flatten`'s cells (an iterator, in order) in ``cell``'s structure."""
+    if not isinstance(cell, MultiRNNCell):
+        return next(finals)
+    return tuple(_nest(c, finals) for c in cell.cells)
+
+
+def _check_chain(flat, info, batch):
+    """Every cell of a stack against what reaches it, before any kernel runs.
+
+    A cell's own checks run only when its turn comes, after the cells
+    before it ran, and blame ``inputs`` for what the previous cell
+    produced; here each cell is named with what it expects and what it
+    gets. A cell not built yet takes the depth that reaches it (a cell used
+    twice must get the same both times).
+    """
+    depth, dtype, source = info.shape[-1], info.dtype, None
+    if dtype not in v.SUPPORTED_DTYPES:
+        raise TypeError(f"inputs has dtype {dtype}; expected float16, float32 or float64")
+    assumed = {}
+    for label, cell, state, state_label in flat:
+        what = f"{label} ({cell!r})"
+        built_depth, built_dtype = assumed.get(id(cell), (cell.input_depth, cell.dtype))
+        if built_dtype is not None and built_dtype != dtype:
+            if source is None:
+                raise TypeError(f"{what} has dtype {built_dtype}, but inputs has dtype {dtype}")
+            raise TypeError(f"{what} has dtype {built_dtype}, but {source} produces {dtype}: every cell of a "
+                            "MultiRNNCell computes in the dtype of inputs")
+        if built_depth is not None and built_depth != depth:
+            if source is None:
+                raise ValueError(f"{what} was built for input depth {built_depth}, but inputs has depth {depth} "
+                                 f"(shape {tuple(info.shape)})")
+            raise ValueError(f"{what} was built for input depth {built_depth}, but {source} outputs {depth} columns "
+                             "(its output_size): each cell of a MultiRNNCell reads the outputs of the cell before it")
+        check_precision(info.kind, cell.precision)
+        cell._state_arrays(state, batch, dtype, info.kind, state_label)
+        assumed[id(cell)] = (depth, dtype)
+        depth, source = cell.output_size, what
+
+
 def _sequence(cell, inputs, sequence_length, initial_state, time_major, reverse, name):
     """One direction: ``(outputs [T, B, P] time-major, final_state)``."""
     if not isinstance(cell, (LSTMCell, MultiRNNCell)):
@@ -129,21 +216,16 @@ def _sequence(cell, inputs, sequence_length, initial_state, time_major, reverse,
     if len(info.shape) != 3:
         layout = "[T, B, I] (time_major=True)" if time_major else "[B, T, I] (time_major=False)"
         raise ValueError(f"inputs must have rank 3, {layout}, got shape {tuple(info.shape)}")
-    steps, batch = (info.shape[0], info.shape[1]) if time_major else (info.shape[1], info.shape[0])
-    v.check_sequence_layout(initial_state, sequence_length, steps, batch, time_major)
+    v.check_sequence_layout(initial_state, sequence_length, tuple(info.shape), time_major)
+    flat = _flatten(cell, initial_state, name, "initial_state")
+    if isinstance(cell, MultiRNNCell):
+        _check_chain(flat, info, info.shape[1] if time_major else info.shape[0])
     x = inputs if time_major else arrays.swap01(inputs, info.kind)
-    cells = cell.cells if isinstance(cell, MultiRNNCell) else (cell,)
-    states = initial_state if isinstance(cell, MultiRNNCell) else (initial_state,)
-    if isinstance(cell, MultiRNNCell) and initial_state is not None and (
-            not isinstance(initial_state, (tuple, list)) or len(initial_state) != len(cells)):
-        raise TypeError(f"initial_state must be a tuple of {len(cells)} cell states (one per cell of the MultiRNNCell)")
-    if states is None:
-        states = (None,) * len(cells)
     finals = []
-    for c, s in zip(cells, states, strict=True):
+    for _, c, s, _ in flat:
         x, final = c.run(x, s, sequence_length, reverse=reverse)
         finals.append(final)
-    return x, (tuple(finals) if isinstance(cell, MultiRNNCell) else finals[0])
+    return x, _nest(cell, iter(finals))
 
 
 def _check_dtype(inputs, dtype):
@@ -178,6 +260,14 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
     -------
     tuple
         ``(outputs [B, T, P] (or [T, B, P]), final_state)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Wrong types, shapes or dtypes; a state or lengths sized for the other
+        layout of ``inputs`` (the message names ``time_major``); a cell of a
+        MultiRNNCell that does not fit what reaches it (named, before any
+        kernel runs).
     """
     _check_dtype(inputs, dtype)
     time_major = v.check_bool("time_major", time_major)
