@@ -34,6 +34,9 @@ from .layer import lstm as _layer
 
 __all__ = ["LSTM"]
 
+# The parameters' dtypes the kernels compute in, and the layer's dtype for each.
+_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+
 # PyTorch's gate blocks i, f, g, o -> nblstm's (TF1 LSTMCell) i, j (= g), f, o.
 _TO_ICFO = (0, 2, 1, 3)
 
@@ -102,7 +105,9 @@ class LSTM(torch.nn.Module):
     ----------
     input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size, device, dtype
         As ``torch.nn.LSTM``'s (``dtype`` float32 by default; float64 for
-        ``gradcheck``). Dropout between layers uses nblstm's seeded
+        ``gradcheck``; float16). ``.double()``, ``.half()``, ``.float()`` and
+        ``.to(dtype)`` move the module as ``nn.LSTM``'s: the kernels follow
+        the parameters' dtype. Dropout between layers uses nblstm's seeded
         generator (``seed``), not PyTorch's.
     use_peepholes : bool, default False
         Peephole weights ``weight_ci_l{k}``, ``weight_cf_l{k}``, ``weight_co_l{k}`` ``[H]`` (zero at first).
@@ -131,12 +136,11 @@ class LSTM(torch.nn.Module):
                  proj_clip=None, forget_bias=0.0, seed=None, precision="exact"):
         super().__init__()
         dtype = torch.float32 if dtype is None else dtype
-        if dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        if dtype not in _DTYPES:
+            raise TypeError(f"dtype must be torch.float16, torch.float32 or torch.float64, got {dtype}")
         self._layer = _layer.LSTM(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                             proj_size, use_peepholes=use_peepholes, cell_clip=cell_clip, proj_clip=proj_clip,
-                             forget_bias=forget_bias, dtype=np.float32 if dtype == torch.float32 else np.float64,
-                             seed=seed, precision=precision)
+                                  proj_size, use_peepholes=use_peepholes, cell_clip=cell_clip, proj_clip=proj_clip,
+                                  forget_bias=forget_bias, dtype=_DTYPES[dtype], seed=seed, precision=precision)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
         self.bidirectional, self.proj_size = bidirectional, proj_size
@@ -192,6 +196,7 @@ class LSTM(torch.nn.Module):
         PyTorch operation here would wake PyTorch's OpenMP threads, whose
         spinning after it takes cores from the kernels that follow.
         """
+        self._follow(params[0].dtype)
         units = self.hidden_size
         cells, k = [], 0
         for _suffix, names in self._names:
@@ -207,6 +212,23 @@ class LSTM(torch.nn.Module):
             cells.append(w)
         self._layer.set_cell_weights(cells)
         return self._layer
+
+    def _follow(self, dtype):
+        """The inner layer in ``dtype``, the parameters' (moved by ``.double()``, ``.half()``, ``.to(dtype)``).
+
+        The layer is rebuilt with the same options; its dropout generator carries on where it was.
+        """
+        if dtype not in _DTYPES:
+            raise TypeError(f"the module's parameters are {dtype}; nblstm.torch.LSTM computes in torch.float16, "
+                            f"torch.float32 or torch.float64 (move it with .half(), .float() or .double())")
+        layer = self._layer
+        if layer.dtype == _DTYPES[dtype]:
+            return
+        config = {k: a for k, a in layer._config().items() if k != "dtype"}
+        new = _layer.LSTM(**config, zero_output_for_mask=layer.zero_output_for_mask, reverse=layer.reverse,
+                          dtype=_DTYPES[dtype], seed=layer.seed)
+        new._rng = layer._rng
+        self._layer = new
 
     def _parameter_grads(self, d_weights, like):
         """Gradients of the parameters, in :meth:`_ordered`'s order, from the layer's ``d_weights``."""
@@ -257,6 +279,7 @@ class LSTM(torch.nn.Module):
                 raise TypeError(f"input must be a Tensor or a PackedSequence, got {type(input).__name__}")
             x = input
         params = self._ordered()
+        self._follow(params[0].dtype)
         if x.dtype != params[0].dtype:
             raise TypeError(f"input has dtype {x.dtype}; expected {params[0].dtype} (the module's dtype)")
         if x.device != params[0].device:

@@ -1342,7 +1342,7 @@ def test_outputs_are_fresh_arrays():
 
 def test_porting_overrides_keep_the_sources_results():
     source = nblstm.LSTM(3, 4, num_layers=2, bidirectional=True, seed=0)
-    state_dict = source.to_torch()
+    state_dict = source.to_torch(state_dict=True)
     x = np.random.default_rng(0).standard_normal((5, 2, 3)).astype(np.float32)
     expected = source(x)[0]
     np.testing.assert_allclose(nblstm.LSTM.from_torch(state_dict, forget_bias=1.0)(x)[0], expected, rtol=1e-6,

@@ -167,7 +167,11 @@ def keras_layer(kind, config, weights):
 
 
 def torch_module(kind, state_dict, **attributes):
-    return fake(kind, state_dict=lambda self: dict(state_dict), **attributes)
+    """A module of ``torch.nn``'s class ``kind`` holding the parameters ``state_dict`` (as the reader sees one)."""
+    cls = type(kind, (), {"state_dict": lambda self: dict(state_dict), "forward": lambda self, *args: None,
+                          "named_parameters": lambda self, recurse=True: iter(dict(state_dict).items()), **attributes})
+    cls.__module__ = "torch.nn.modules.rnn"
+    return cls()
 
 
 @pytest.fixture
@@ -1138,3 +1142,79 @@ def test_package_exports():
     assert set(porting.__all__) == {"keras", "onnx", "tf", "torch"}
     assert {"onnx_to_lstmcell", "lstmcell_to_onnx"} <= set(convert.__all__)
     assert nblstm.porting is porting
+
+
+# ----------------------------------------------------------------------------------------------------
+# A PyTorch module tree without PyTorch: modules as PyTorch exposes them to the reader
+# (named_modules, named_parameters(recurse=False), state_dict, attributes), holding the parameters
+# PyTorch stored in torch_layers.npz. tests/test_torch.py does the same with real modules.
+# ----------------------------------------------------------------------------------------------------
+
+
+class _Module:
+    """A module tree as PyTorch's ``nn.Module`` shows it to the reader."""
+
+    def __init__(self, params=(), **children):
+        self._params, self._children = dict(params), children
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, child in self._children.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def named_parameters(self, recurse=True):
+        assert not recurse
+        return iter(self._params.items())
+
+    def state_dict(self):
+        out = {}
+        for path, m in self.named_modules():
+            out.update({(f"{path}." if path else "") + k: a for k, a in m._params.items()})
+        return out
+
+
+class LSTM(_Module):
+    """A user's wrapper named LSTM (a published model's name), holding an nn.LSTM(batch_first=True)."""
+
+
+def _nn_lstm(sd, batch_first):
+    module = torch_module("LSTM", sd, batch_first=batch_first, dropout=0.0)
+    module.named_modules = lambda prefix="": iter([(prefix, module)])
+    return module
+
+
+def test_from_torch_finds_the_lstm_in_a_tree_by_its_parameters_not_the_class_name():
+    index, data = _fixture("torch_layers.npz")
+    case = next(c for c in index["cases"] if c["name"] == "bi_proj")
+    assert case["batch_first"]
+    sd = {k: data[f"bi_proj/sd/{k}"] for k in case["state_dict"]}
+    model = LSTM(lstm=_nn_lstm(sd, batch_first=True), fc=_Module({"weight": np.zeros((2, 6)), "bias": np.zeros(2)}))
+    layer = nblstm.LSTM.from_torch(model)
+    assert layer.batch_first
+    hx = (data["bi_proj/h0"], data["bi_proj/c0"])
+    output, (h_n, c_n) = layer(data["bi_proj/x"], hx, sequence_length=data["bi_proj/lengths"])
+    np.testing.assert_allclose(output, data["bi_proj/output"], **F32)
+    np.testing.assert_allclose(c_n, data["bi_proj/c_n"], **F32)
+    # Two LSTMs: refused, naming both and how to pick one.
+    two = _Module(encoder=_Module(**{"0": _nn_lstm(sd, True)}), decoder=_nn_lstm(sd, False))
+    with pytest.raises(ValueError, match=r"holds 2 LSTMs \['encoder.0', 'decoder'\]; pass the one to convert, "
+                                         r"e.g. from_torch\(model.get_submodule\('decoder'\)\)"):
+        nblstm.LSTM.from_torch(two)
+    # A class holding LSTM parameters that is not nn.LSTM: what it computes is unknown.
+    with pytest.raises(ValueError, match=r"submodule 'lstm' is a .*_Module, which holds LSTM parameters but is not "
+                                         r"torch.nn.LSTM .*from_torch\(module.state_dict\(\), batch_first=...\)"):
+        nblstm.LSTM.from_torch(LSTM(lstm=_Module(sd)))
+    # The GRU of the fixture, inside a model: named as a GRU.
+    gru = {k: data[f"gru/sd/{k}"] for k in index["gru"]["state_dict"]}
+    with pytest.raises(ValueError, match=r"from_torch got an nn.GRU \(weight_ih_l0 has 3 \* hidden_size rows\)"):
+        nblstm.LSTM.from_torch(_Module(rnn=_Module(gru)))
+
+
+def test_from_torch_misshapen_parameters_are_named():
+    index, data = _fixture("torch_layers.npz")
+    case = next(c for c in index["cases"] if c["name"] == "uni")
+    sd = {k: data[f"uni/sd/{k}"] for k in case["state_dict"]}
+    for key, shape in (("weight_hh_l0", (16, 5)), ("weight_ih_l0", (15, 3)), ("bias_hh_l0", (12,))):
+        bad = {**sd, key: np.zeros(shape, np.float32)}
+        with pytest.raises(ValueError, match=rf"\['{key}'\] has shape"):
+            nblstm.LSTM.from_torch(bad)

@@ -160,3 +160,145 @@ def test_non_contiguous_inputs_give_the_contiguous_results():
     assert not x.is_contiguous()
     torch.testing.assert_close(lstm(x)[0], lstm(x.contiguous())[0], rtol=0, atol=0)
     torch.testing.assert_close(lstm(x)[0], reference(x)[0], rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Dtype moves, and the module as a source and a target of nblstm.LSTM's porting
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("move", ["double", "to_float64"])
+def test_double_moves_the_kernels_to_float64(move):
+    reference, lstm = pair(torch.float32, num_layers=2, bidirectional=True, proj_size=2)
+    reference.double()
+    lstm.double() if move == "double" else lstm.to(torch.float64)
+    x, h0, c0 = inputs({"num_layers": 2, "bidirectional": True, "proj_size": 2})
+    out, (h_n, c_n) = lstm(x, (h0, c0))
+    assert out.dtype == torch.float64
+    expected, (h_e, c_e) = reference(x, (h0, c0))
+    for a, b in ((out, expected), (h_n, h_e), (c_n, c_e)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    (out.sum() + c_n.sum()).backward()
+    grads = [p.grad for p in lstm.parameters()]
+    lstm.zero_grad()
+    x.grad = None
+    (expected.sum() + c_e.sum()).backward()
+    for g, p in zip(grads, reference.parameters(), strict=True):
+        assert g.dtype == torch.float64
+        torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_half_and_back_to_float():
+    reference, lstm = pair(torch.float32, num_layers=2)
+    x = torch.randn(5, 2, 3)
+    lstm.half()
+    out = lstm(x.half())[0]
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.float(), reference(x)[0], rtol=0, atol=5e-3)
+    lstm.float()
+    reference.half().float()  # the same weights, rounded to float16 and back
+    torch.testing.assert_close(lstm(x)[0], reference(x)[0], rtol=1e-6, atol=1e-6)
+    with pytest.raises(TypeError, match=r"torch.bfloat16; nblstm.torch.LSTM computes in torch.float16"):
+        lstm.to(torch.bfloat16)(x.bfloat16())
+
+
+class LSTM(torch.nn.Module):
+    """A user's model named like the module it wraps: the name must not decide."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.fc = torch.nn.Linear(16, 2)
+
+
+def test_from_torch_finds_the_lstm_inside_a_wrapper_named_lstm():
+    torch.manual_seed(0)
+    model = LSTM()
+    layer = nblstm_layer().from_torch(model)
+    assert layer.batch_first
+    x = torch.randn(5, 7, 8)
+    np.testing.assert_allclose(layer(x.numpy())[0], model.lstm(x)[0].detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def nblstm_layer():
+    import nblstm
+
+    return nblstm.LSTM
+
+
+def test_from_torch_refuses_several_lstms_naming_them_and_odd_lstm_classes():
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Sequential(torch.nn.LSTM(3, 4))
+            self.decoder = torch.nn.LSTM(4, 4)
+
+    with pytest.raises(ValueError, match=r"holds 2 LSTMs \['encoder.0', 'decoder'\]; pass the one to convert, "
+                                         r"e.g. from_torch\(model.get_submodule\('decoder'\)\)"):
+        nblstm_layer().from_torch(Two())
+    assert nblstm_layer().from_torch(Two().get_submodule("encoder.0")).hidden_size == 4
+
+    class Doubling(torch.nn.LSTM):
+        def forward(self, x, hx=None):
+            return super().forward(2 * x, hx)
+
+    with pytest.raises(ValueError, match="submodule '0' is a .*Doubling, which holds LSTM parameters but is not "
+                                         "torch.nn.LSTM"):
+        nblstm_layer().from_torch(torch.nn.Sequential(Doubling(3, 4)))
+
+    class Normed(torch.nn.LSTM):  # nn.LSTM's forward, but a parameter of its own
+        def __init__(self):
+            super().__init__(3, 4)
+            self.scale = torch.nn.Parameter(torch.ones(4))
+
+    with pytest.raises(ValueError, match=r"parameters or buffers nn.LSTM does not: \['scale'\]"):
+        nblstm_layer().from_torch(Normed())
+
+
+def test_from_torch_misshapen_weight_hh_names_it():
+    sd = torch.nn.LSTM(3, 4).state_dict()
+    sd["weight_hh_l0"] = torch.zeros(16, 5)
+    with pytest.raises(ValueError, match=r"\['weight_hh_l0'\] has shape \(16, 5\); expected \(16, 4\)"):
+        nblstm_layer().from_torch(sd)
+
+
+def test_from_torch_reads_an_nblstm_torch_module_with_its_options():
+    torch.manual_seed(0)
+    source = nt.LSTM(3, 4, num_layers=2, bidirectional=True, use_peepholes=True, cell_clip=0.5, forget_bias=1.0,
+                     dtype=torch.float64)
+    with torch.no_grad():
+        for name, p in source.named_parameters():
+            if name.startswith("weight_c"):
+                p.uniform_(-1, 1)
+    layer = nblstm_layer().from_torch(source)
+    assert (layer.use_peepholes, layer.cell_clip, layer.forget_bias) == (True, 0.5, 1.0)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    np.testing.assert_array_equal(layer(x.numpy())[0], source(x)[0].detach().numpy())
+    shifted = nblstm_layer().from_torch(source, forget_bias=0.0)
+    np.testing.assert_allclose(shifted(x.numpy())[0], layer(x.numpy())[0], rtol=1e-12, atol=1e-12)
+    import nblstm
+
+    cell = nblstm.LSTMCell.from_torch(source, layer=1, suffix="_reverse")
+    assert (cell.use_peepholes, cell.cell_clip, cell.forget_bias) == (True, 0.5, 0.0)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(num_layers=2, bidirectional=True, proj_size=2, batch_first=True),
+                                    dict(bias=False, dtype=np.float64)], ids=str)
+def test_to_torch_is_a_ready_nn_lstm(kwargs):
+    import nblstm
+
+    layer = nblstm.LSTM(3, 4, seed=0, forget_bias=1.0 if kwargs.get("bias", True) else 0.0, **kwargs)
+    module = layer.to_torch()
+    assert type(module) is torch.nn.LSTM
+    assert (module.batch_first, module.num_layers, module.bidirectional, module.proj_size, module.bias) == (
+        layer.batch_first, layer.num_layers, layer.bidirectional, layer.proj_size, layer.bias)
+    x = np.random.default_rng(0).standard_normal((2, 5, 3) if layer.batch_first else (5, 2, 3)).astype(layer.dtype)
+    out, (h_n, c_n) = module(torch.from_numpy(x))
+    expected, (h_e, c_e) = layer(x)
+    tol = dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.detach().numpy(), expected, **tol)
+    np.testing.assert_allclose(c_n.detach().numpy(), c_e, **tol)
+    back = nblstm.LSTM.from_torch(module)
+    np.testing.assert_allclose(back(x)[0], expected, **tol)
+    with pytest.raises(ValueError, match="no equivalent of config's use_peepholes=True"):
+        nblstm.LSTM(3, 4, use_peepholes=True).to_torch()

@@ -234,7 +234,10 @@ class LSTM:
         if "dtype" in overrides:  # an explicit dtype converts the source's weights
             dt = v.check_dtype("dtype", overrides["dtype"], allow_none=False)
             cells = [{n: np.asarray(a).astype(dt) for n, a in w.items()} for w in cells]
-        forget_bias = v.check_real("forget_bias", overrides.get("forget_bias", 0.0))
+        # The cells are for the source's forget_bias (0 but for nblstm's own modules): a new one moves the
+        # difference out of the bias.
+        forget_bias = v.check_real("forget_bias", overrides.get("forget_bias", config.get("forget_bias") or 0.0))
+        forget_bias -= config.get("forget_bias") or 0.0
         if forget_bias and config.get("bias", True):
             units = int(config["hidden_size"])
             cells = [dict(w) for w in cells]
@@ -271,7 +274,7 @@ class LSTM:
         --------
         >>> import numpy as np, nblstm
         >>> source = nblstm.LSTM(3, 4, num_layers=2, bidirectional=True, proj_size=2, seed=0)
-        >>> state_dict = source.to_torch()                              # nn.LSTM's keys and layouts
+        >>> state_dict = source.to_torch(state_dict=True)               # nn.LSTM's keys and layouts
         >>> sorted(state_dict)[:3]
         ['bias_hh_l0', 'bias_hh_l0_reverse', 'bias_hh_l1']
         >>> lstm = nblstm.LSTM.from_torch(state_dict)
@@ -286,21 +289,56 @@ class LSTM:
             config["batch_first"] = False
         return cls._from(config, cells, options)
 
-    def to_torch(self):
-        """A state dict of NumPy arrays for ``nn.LSTM(input_size, hidden_size, num_layers, bias, batch_first, 0,
-        bidirectional, proj_size)``: load it with ``module.load_state_dict({k: torch.from_numpy(a) ...})``.
+    def to_torch(self, *, state_dict=False):
+        """A ``torch.nn.LSTM`` computing what this layer does: the same sizes, ``batch_first``, ``dropout`` and weights.
+
+        Parameters
+        ----------
+        state_dict : bool, default False
+            ``True``: the module's state dict as NumPy arrays instead (no
+            PyTorch needed), for ``module.load_state_dict({k:
+            torch.from_numpy(a) for k, a in state_dict.items()})``.
+
+        Returns
+        -------
+        torch.nn.LSTM or dict
+            ``nn.LSTM(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size)``
+            in the layer's dtype, on the CPU, in training mode as a new
+            module is. ``forget_bias`` is folded into ``bias_ih``.
 
         Raises
         ------
         ValueError
             Options PyTorch does not have (peepholes, clips, other activations or gate functions,
             ``reverse=True``).
-        """
-        from ..porting import torch
+        ImportError
+            PyTorch is not installed (``state_dict=True`` needs none).
 
+        Examples
+        --------
+        >>> import numpy as np, nblstm
+        >>> lstm = nblstm.LSTM(3, 4, bidirectional=True, batch_first=True, seed=0)
+        >>> sorted(lstm.to_torch(state_dict=True))[:2]
+        ['bias_hh_l0', 'bias_hh_l0_reverse']
+        """
+        from ..porting import torch as porting_torch
+
+        state_dict = v.check_bool("state_dict", state_dict)
         if self.reverse:
             raise ValueError("PyTorch nn.LSTM has no equivalent of reverse=True (one direction run backwards)")
-        return torch.write(self._config(), [cell.get_weights() for cell in self.cells])
+        arrays = porting_torch.write(self._config(), [cell.get_weights() for cell in self.cells])
+        if state_dict:
+            return arrays
+        try:
+            import torch
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("to_torch() needs PyTorch (pip install torch); to_torch(state_dict=True) gives the "
+                              "weights as NumPy arrays without it") from exc
+        module = torch.nn.LSTM(self.input_size, self.hidden_size, self.num_layers, bias=self.bias,
+                               batch_first=self.batch_first, dropout=self.dropout, bidirectional=self.bidirectional,
+                               proj_size=self.proj_size, dtype=getattr(torch, self.dtype.name))
+        module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in arrays.items()})
+        return module
 
     @classmethod
     def from_keras(cls, layer_or_model, **options):

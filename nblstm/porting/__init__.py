@@ -9,7 +9,8 @@ of cell weights per layer and direction, index ``layer * D + direction``
 (``kernel [I_k + P, 4H]`` with gate blocks ``i, c, f, o``, ``bias [4H]``,
 optional ``w_f_diag, w_i_diag, w_o_diag [H]`` and ``projection/kernel [H, P]``;
 ``I_0 = input_size``, ``I_k = D * P`` above). The weights are for
-``forget_bias=0``, the frameworks having none, in the source's dtype.
+``config["forget_bias"]``: 0, the frameworks having none (an
+:class:`nblstm.torch.LSTM` has its own), in the source's dtype.
 
 - :mod:`nblstm.porting.torch`: ``torch.nn.LSTM`` modules and state dicts (``read``, ``write``);
 - :mod:`nblstm.porting.keras`: Keras ``LSTM`` and ``Bidirectional(LSTM)`` layers, models and stacks

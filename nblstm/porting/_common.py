@@ -156,15 +156,17 @@ def new_cell(cls, options, weights, forget_bias, kwargs, source):
     """An ``LSTMCell`` (``cls``) of converted weights: the conversion classmethods' common end.
 
     ``options`` holds ``num_units``, ``num_proj`` and what the source fixes
-    (``activation``, ``recurrent_activation``); ``kwargs`` the caller's
+    (``activation``, ``recurrent_activation``, and for nblstm's own modules
+    ``use_peepholes``, ``cell_clip``, ``proj_clip``); ``kwargs`` the caller's
     further arguments, which must not contradict them (``source`` names the
     source in the message). ``weights`` are for ``forget_bias=0``.
     """
     kwargs = dict(kwargs)
     if "num_proj" in kwargs:
         raise TypeError(f"num_proj comes from the {source}; it cannot be given")
-    for name in ("activation", "recurrent_activation"):
-        if name in options and name in kwargs and _name(kwargs[name]) != options[name]:
+    for name in ("activation", "recurrent_activation", "use_peepholes", "cell_clip", "proj_clip"):
+        given = _name(kwargs[name]) if name.endswith("activation") and name in kwargs else kwargs.get(name)
+        if name in options and name in kwargs and given != options[name]:
             raise ValueError(f"{name}={kwargs[name]!r} disagrees with the {source}'s {name}={options[name]!r}")
         if name in options:
             kwargs[name] = options[name]

@@ -37,12 +37,10 @@ from ._common import (
 
 __all__ = ["read", "read_cell", "write"]
 
-_KEY = re.compile(r"^(?P<prefix>.*?)(?P<stem>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
+_KEY = re.compile(r"^(?P<prefix>.*?)(?P<stem>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr|weight_c[ifo])"
                   r"(?:_l(?P<layer>\d+))?(?P<reverse>_reverse)?$")
-# nn.RNNBase.mode of the modules that are not LSTMs, and what each has per layer.
-_OTHER_MODES = {"GRU": ("nn.GRU", 3), "RNN_TANH": ("nn.RNN", 1), "RNN_RELU": ("nn.RNN", 1)}
-_OTHER_TYPES = {"GRU": ("nn.GRU", 3), "RNN": ("nn.RNN", 1), "GRUCell": ("nn.GRUCell", 3),
-                "RNNCell": ("nn.RNNCell", 1)}
+# nblstm.torch.LSTM's peepholes, parameters [H] read into the cell weights w_i_diag, w_f_diag, w_o_diag.
+_PEEPHOLES = {"weight_ci": "w_i_diag", "weight_cf": "w_f_diag", "weight_co": "w_o_diag"}
 
 
 def _not_lstm(kind, gates, key="weight_ih_l0"):
@@ -50,38 +48,103 @@ def _not_lstm(kind, gates, key="weight_ih_l0"):
     return ValueError(f"from_torch got an {kind} ({key} has {rows}); nblstm converts nn.LSTM only")
 
 
-def _is_lstm_module(module):
-    mode = getattr(module, "mode", None)
-    return mode == "LSTM" or (mode is None and type(module).__name__ in ("LSTM", "LSTMCell"))
+def _own_parameters(module):
+    """``{name: shape}`` of the parameters a module holds itself (not its submodules'), or ``None``."""
+    named = getattr(module, "named_parameters", None)
+    if not callable(named):
+        return None
+    try:
+        return {name: tuple(p.shape) for name, p in named(recurse=False)}
+    except TypeError:
+        return None
 
 
-def _other_rnn(module):
-    mode = getattr(module, "mode", None)
-    if mode in _OTHER_MODES:
-        return _OTHER_MODES[mode]
-    return _OTHER_TYPES.get(type(module).__name__) if mode is None else None
+def _recurrent_kind(params):
+    """What a module holding ``params`` is, by its parameters: ``None`` (no recurrent weights), ``"LSTM"``,
+    ``"LSTMCell"``, or ``(kind, gates, key)`` of a GRU or plain RNN (``weight_hh`` has ``gates * H`` rows)."""
+    cell = "weight_ih" in params
+    if not cell and "weight_ih_l0" not in params:
+        return None
+    suffix = "" if cell else "_l0"
+    if "weight_hr" + suffix in params:  # only nn.LSTM projects its output
+        return "LSTMCell" if cell else "LSTM"
+    hh = params.get("weight_hh" + suffix, ())
+    if len(hh) == 2 and hh[1] and hh[0] != 4 * hh[1] and hh[0] / hh[1] in (1, 3):
+        gates = int(hh[0] / hh[1])
+        return ("nn." + ("GRU" if gates == 3 else "RNN") + ("Cell" if cell else ""), gates, "weight_ih" + suffix)
+    return "LSTMCell" if cell else "LSTM"
+
+
+def _is_nn_lstm(module):
+    """Whether ``module`` runs ``torch.nn.LSTM``'s (or ``nn.LSTMCell``'s) forward: the class or a subclass
+    that keeps it."""
+    for cls in type(module).__mro__:
+        if cls.__module__ == "torch.nn.modules.rnn" and cls.__name__ in ("LSTM", "LSTMCell"):
+            return type(module).forward is cls.forward
+    return False
 
 
 def _lstm_module(module):
-    """The ``nn.LSTM`` (or ``nn.LSTMCell``) ``module`` is or holds, exactly one."""
-    if _is_lstm_module(module):
-        return module
-    other = _other_rnn(module)
-    if other:
-        raise _not_lstm(*other, key="weight_ih_l0" if "Cell" not in other[0] else "weight_ih")
-    if not hasattr(module, "named_modules"):
-        return None
-    found = [(name, m) for name, m in module.named_modules() if name and _is_lstm_module(m)]
-    if len(found) == 1:
-        return found[0][1]
+    """``(path, module)`` of the one ``nn.LSTM`` (or ``nn.LSTMCell``, or ``nblstm.torch.LSTM``) in ``module``'s tree.
+
+    The LSTM is found by its own parameters (``weight_ih_l0`` or ``weight_ih``
+    with ``4 * hidden_size`` rows), not by class names: a user's wrapper may
+    well be called ``LSTM``. ``path`` is its dotted name in the tree (``""``: ``module`` itself).
+    """
+    named_modules = getattr(module, "named_modules", None)
+    tree = list(named_modules()) if callable(named_modules) else [("", module)]
+    found, others = [], []
+    for path, m in tree:
+        params = _own_parameters(m)
+        kind = _recurrent_kind(params) if params is not None else None
+        if isinstance(kind, tuple):
+            others.append((path, kind))
+        elif kind is not None:
+            found.append((path, m))
+    root = type(module).__name__
+    if len(found) > 1:
+        names = [path or "(the module itself)" for path, _ in found]
+        raise ValueError(f"module_or_state_dict ({root}) holds {len(found)} LSTMs {names}; pass the one to convert, "
+                         f"e.g. from_torch(model.get_submodule({(found[-1][0] or found[0][0])!r}))")
     if found:
-        names = [name for name, _ in found]
-        raise ValueError(f"module_or_state_dict ({type(module).__name__}) holds {len(found)} LSTMs {names}; "
-                         f"pass one of them, e.g. model.{names[0]}")
-    others = [(name, _other_rnn(m)) for name, m in module.named_modules() if name and _other_rnn(m)]
+        return found[0]
     if others:
         raise _not_lstm(*others[0][1])
-    raise ValueError(f"module_or_state_dict is a {type(module).__name__} with no nn.LSTM inside")
+    raise ValueError(f"module_or_state_dict is a {root} with no nn.LSTM inside (no module holds parameters "
+                     f"weight_ih_l0 or weight_ih)")
+
+
+def _where(path):
+    return f"module_or_state_dict's submodule {path!r}" if path else "module_or_state_dict"
+
+
+def _module_options(path, module, state):
+    """``(batch_first, dropout, extra)`` of the LSTM ``module``: what its parameters do not say.
+
+    ``extra`` holds an ``nblstm.torch.LSTM``'s own options (peepholes are
+    parameters; ``cell_clip``, ``proj_clip``, ``forget_bias``). A module
+    whose computation nblstm cannot know (a subclass of ``nn.LSTM`` with its
+    own ``forward``, parameters or buffers ``nn.LSTM`` does not have, another
+    class altogether) is refused.
+    """
+    where = _where(path)
+    layer = getattr(module, "_layer", None)
+    extra = {}
+    if type(module).__module__ == "nblstm.torch" and layer is not None:
+        extra = {"cell_clip": layer.cell_clip, "proj_clip": layer.proj_clip, "forget_bias": float(layer.forget_bias)}
+        if layer.activation != "tanh" or layer.recurrent_activation != "sigmoid":  # pragma: no cover - fixed there
+            raise ValueError(f"{where} has activations nblstm.torch.LSTM does not set")
+    elif not _is_nn_lstm(module):
+        cls = type(module)
+        raise ValueError(f"{where} is a {cls.__module__}.{cls.__qualname__}, which holds LSTM parameters but is not "
+                         f"torch.nn.LSTM (or a subclass keeping its forward): nblstm cannot know what it computes. "
+                         f"If it computes what nn.LSTM does, pass its state dict and batch_first: "
+                         f"from_torch(module.state_dict(), batch_first=...)")
+    unknown = sorted(str(k) for k in state if not _KEY.match(str(k)))
+    if unknown:
+        raise ValueError(f"{where} ({type(module).__name__}) has parameters or buffers nn.LSTM does not: {unknown}; "
+                         f"nblstm cannot honour them")
+    return bool(getattr(module, "batch_first", False)), float(getattr(module, "dropout", 0.0) or 0.0), extra
 
 
 def _lstm_entries(state):
@@ -134,23 +197,20 @@ def _parse_state(state):
         raise ValueError(f"module_or_state_dict[{first!r}] and [{hh!r}] must be matrices, got shapes {ih_shape} "
                          f"and {hh_shape}")
     hr = key_of("weight_hr", 0, False)
-    if hr is None:
-        units = hh_shape[1]
-        if units and hh_shape[0] != 4 * units:
-            gates = hh_shape[0] / units
-            if gates in (1, 3):
-                kind = {1: "nn.RNN", 3: "nn.GRU"}[int(gates)]
-                raise _not_lstm(kind + ("Cell" if cell_style else ""), int(gates), key=str(first))
-    else:
-        units = shape_of(hr)[1] if len(shape_of(hr)) == 2 else -1
-    if ih_shape[0] % 4 or ih_shape[0] == 0 or (units > 0 and ih_shape[0] != 4 * units):
+    if hr is None and hh_shape[1] and hh_shape[0] == ih_shape[0] and hh_shape[0] != 4 * hh_shape[1]:
+        gates = hh_shape[0] / hh_shape[1]
+        if gates in (1, 3):
+            kind = {1: "nn.RNN", 3: "nn.GRU"}[int(gates)]
+            raise _not_lstm(kind + ("Cell" if cell_style else ""), int(gates), key=str(first))
+    if ih_shape[0] % 4 or ih_shape[0] == 0:
         raise ValueError(f"module_or_state_dict[{first!r}] has shape {ih_shape}; nn.LSTM's is "
                          f"[4 * hidden_size, input_size]")
     units = ih_shape[0] // 4
-    proj = 0 if hr is None else shape_of(hr)[0]
+    proj = 0 if hr is None else (shape_of(hr) or (0,))[0]
     depth = proj or units
     input_size = ih_shape[1]
     has_bias = key_of("bias_ih", 0, False) is not None or key_of("bias_hh", 0, False) is not None
+    has_peepholes = any(key_of(stem, 0, False) is not None for stem in _PEEPHOLES)
     out = {}
     used = set()
     for layer in range(num_layers):
@@ -163,6 +223,8 @@ def _parse_state(state):
                 expected.update({"bias_ih": (4 * units,), "bias_hh": (4 * units,)})
             if proj:
                 expected["weight_hr"] = (proj, units)
+            if has_peepholes:
+                expected.update({stem: (units,) for stem in _PEEPHOLES})
             for stem, shape in expected.items():
                 key = key_of(stem, layer, rev)
                 name = f"{prefix}{stem}{'' if cell_style else f'_l{layer}'}{suffix}"
@@ -184,7 +246,7 @@ def _parse_state(state):
     if len(dtypes) > 1:
         raise TypeError(f"module_or_state_dict mixes dtypes {sorted(d.name for d in dtypes)}")
     sizes = {"input_size": input_size, "hidden_size": units, "num_layers": num_layers, "bidirectional": reverse,
-             "proj_size": proj, "bias": has_bias}
+             "proj_size": proj, "bias": has_bias, "use_peepholes": has_peepholes}
     return out, sizes, dtypes.pop()
 
 
@@ -194,12 +256,18 @@ def read(module_or_state_dict, batch_first=None):
     Parameters
     ----------
     module_or_state_dict : torch.nn.LSTM, module or mapping
-        An ``nn.LSTM`` (or ``nn.LSTMCell``), a module holding exactly one,
-        or a state dict of tensors or arrays (``weight_ih_l0``, ...; a common
-        key prefix such as ``"encoder.lstm."`` is allowed when it is the only
-        recurrent module's). A state dict gives the sizes, ``num_layers``,
-        ``bidirectional`` (``_reverse`` keys), ``proj_size`` (``weight_hr``)
-        and ``bias``; a module also gives ``batch_first`` and ``dropout``.
+        An ``nn.LSTM`` (or ``nn.LSTMCell``, or :class:`nblstm.torch.LSTM`),
+        a module holding exactly one anywhere in its tree (found by its own
+        parameters, not class names), or a state dict of tensors or arrays
+        (``weight_ih_l0``, ...; a common key prefix such as
+        ``"encoder.lstm."`` is allowed when it is the only recurrent
+        module's). A state dict gives the sizes, ``num_layers``,
+        ``bidirectional`` (``_reverse`` keys), ``proj_size`` (``weight_hr``),
+        ``bias`` and peepholes (``weight_ci_l0``, ...); the module also gives
+        ``batch_first`` and ``dropout`` (an ``nblstm.torch.LSTM`` its
+        ``cell_clip``, ``proj_clip`` and ``forget_bias``). A module whose
+        computation is not ``nn.LSTM``'s (a subclass with its own
+        ``forward``, parameters ``nn.LSTM`` lacks) is refused.
     batch_first : bool, optional
         The layout the converted layer takes: ``None`` uses the module's
         (``False`` for a state dict, PyTorch's default).
@@ -211,13 +279,15 @@ def read(module_or_state_dict, batch_first=None):
         arguments, ``cells`` ``num_layers * D`` dicts of cell weights
         (``kernel [I_k + P, 4H]`` ICFO, ``bias [4H]``, with a projection
         ``projection/kernel [H, P]``), index ``layer * D + direction``, in the
-        parameters' dtype, for ``forget_bias=0``. ``bias=False`` gives zero biases.
+        parameters' dtype, for ``config["forget_bias"]`` (0 but for an
+        ``nblstm.torch.LSTM``). ``bias=False`` gives zero biases.
 
     Raises
     ------
     ValueError
-        An ``nn.GRU`` or ``nn.RNN`` (module or state dict), missing,
-        unexpected or misshapen parameters.
+        An ``nn.GRU`` or ``nn.RNN`` (module or state dict), several LSTMs
+        in a module (named), a module that is not ``nn.LSTM``, missing,
+        unexpected or misshapen parameters (named).
     TypeError
         Not a module or mapping; mixed dtypes.
 
@@ -239,30 +309,34 @@ def read(module_or_state_dict, batch_first=None):
     obj = module_or_state_dict
     module = None
     if hasattr(obj, "state_dict") and callable(obj.state_dict):
-        module = _lstm_module(obj)
-        state = (module if module is not None else obj).state_dict()
+        path, module = _lstm_module(obj)
+        state = module.state_dict()
+        module_batch_first, dropout, extra = _module_options(path, module, state)
     elif isinstance(obj, Mapping):
         state = obj
+        module_batch_first, dropout, extra = False, 0.0, {}
     else:
         raise TypeError(f"module_or_state_dict must be a torch.nn.LSTM or its state dict {{name: tensor or "
                         f"array}}, got {type(obj).__name__}")
     arrays, sizes, dtype = _parse_state(state)
-    dropout = 0.0
     if module is not None:
+        where = _where(path)
         for name, value in sizes.items():
             attr = getattr(module, name, None)
-            if name == "proj_size" and attr is None:
-                attr = 0
             if attr is not None and attr != value:
-                raise ValueError(f"module_or_state_dict has {name}={attr!r} but its parameters give {value!r}")
-        if batch_first is None:
-            batch_first = bool(getattr(module, "batch_first", False))
-        dropout = float(getattr(module, "dropout", 0.0) or 0.0)
+                raise ValueError(f"{where} has {name}={attr!r} but its parameters give {value!r}")
+    if batch_first is None:
+        batch_first = module_batch_first
     directions = 2 if sizes["bidirectional"] else 1
-    cells = [convert.torch_to_lstmcell(arrays, forget_bias=0.0, layer=k // directions,
-                                       suffix="_reverse" if k % directions else "")
-             for k in range(sizes["num_layers"] * directions)]
+    cells = []
+    for k in range(sizes["num_layers"] * directions):
+        layer, suffix = k // directions, "_reverse" if k % directions else ""
+        cell = convert.torch_to_lstmcell(arrays, forget_bias=0.0, layer=layer, suffix=suffix)
+        if sizes["use_peepholes"]:
+            cell.update({name: arrays[f"{stem}_l{layer}{suffix}"] for stem, name in _PEEPHOLES.items()})
+        cells.append(cell)
     config = layer_config(**sizes, batch_first=bool(batch_first), dropout=dropout, dtype=dtype)
+    config.update(extra)
     return config, cells
 
 
@@ -358,4 +432,11 @@ def read_cell(module_or_state_dict, layer=0, suffix=""):
     directions = 2 if config["bidirectional"] else 1
     options = {"num_units": config["hidden_size"], "num_proj": config["proj_size"] or None, "activation": "tanh",
                "recurrent_activation": "sigmoid"}
-    return options, cells[layer * directions + direction]
+    options.update({name: config[name] for name in ("use_peepholes", "cell_clip", "proj_clip") if config[name]})
+    weights = cells[layer * directions + direction]
+    forget_bias = config["forget_bias"]
+    if forget_bias and "bias" in weights:  # an nblstm.torch.LSTM's forget_bias, into the bias (ICFO: f third)
+        units = config["hidden_size"]
+        weights = {**weights, "bias": weights["bias"].copy()}
+        weights["bias"][2 * units:3 * units] += weights["bias"].dtype.type(forget_bias)
+    return options, weights
