@@ -11,7 +11,6 @@ needs no CUDA driver.
 """
 
 from . import convert, raw_ops
-from ._tools.warmup import warmup
 from .cell import LSTMCell, LSTMStateTuple
 from .cell.stepper import Stepper
 from .layer.lstm import LSTM
@@ -26,6 +25,7 @@ from .ops import (
     lstm_block_cell,
     lstm_block_cell_grad,
 )
+from .precompile import warmup
 
 __version__ = "0.1.0"
 

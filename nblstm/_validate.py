@@ -23,6 +23,7 @@ __all__ = [
     "check_layout_fit",
     "check_lengths",
     "check_mask",
+    "check_outputs",
     "check_positive_int",
     "check_real",
     "check_seq_len_max",
@@ -361,6 +362,21 @@ def check_lengths(sequence_length, steps, batch):
         raise ValueError(f"sequence_length values must be in [0, T] = [0, {steps}], got "
                          f"min {sequence_length.min()}, max {sequence_length.max()}")
     return sequence_length.astype(np.int64)
+
+
+def check_outputs(outputs, names, name="outputs"):
+    """The forward outputs ``names`` (``("i", "cs", ...)``) as a tuple: from a named tuple, a sequence or a dict."""
+    if isinstance(outputs, dict):
+        try:
+            return tuple(outputs[k] for k in names)
+        except KeyError as missing:
+            raise ValueError(f"{name} lacks the forward output {missing}") from None
+    if not isinstance(outputs, (tuple, list)):
+        raise TypeError(f"{name} must be the tuple of forward outputs (i, cs, f, o, ci, co, h), "
+                        f"got {type(outputs).__name__}")
+    if len(outputs) < len(names):
+        raise ValueError(f"{name} must hold the {len(names)} forward outputs {tuple(names)}, got {len(outputs)}")
+    return tuple(outputs[:len(names)])
 
 
 def to_host(value):

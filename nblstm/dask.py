@@ -377,7 +377,7 @@ def block_lstm_grad(x, cs_prev, h_prev, w, outputs, cs_grad=None, h_grad=None, w
     x = _as_dask("x", x, 3)
     named = {"cs_prev": _as_dask("cs_prev", cs_prev, 2), "h_prev": _as_dask("h_prev", h_prev, 2)}
     fields = ops.BlockLSTMOutput._fields
-    outputs = ops._outputs_sequence(outputs, len(fields))
+    outputs = v.check_outputs(outputs, fields)
     outs = {name: _as_dask(f"outputs.{name}", a, 3) for name, a in zip(fields, outputs, strict=True)}
     for name, a in (("cs_grad", cs_grad), ("h_grad", h_grad)):
         if a is not None:
@@ -443,7 +443,7 @@ def _layer_block(layer, loss_fn, x, target, lengths, mask, training, seed):
     """
     if seed is not None:  # dropout: this chunk's own masks (a shallow copy: the cells are shared, read only)
         layer = copy.copy(layer)
-        layer._rng = np.random.default_rng(seed)
+        layer.rng = np.random.default_rng(seed)
     (output, _), backward = layer.vjp(x, sequence_length=lengths, mask=mask, training=training)
     result = loss_fn(output, target)
     if not isinstance(result, (tuple, list)) or len(result) != 2:
@@ -467,7 +467,7 @@ def _layer_handle(lstm):
     to each worker that needs it, whatever the number of chunks.
     """
     snapshot = copy.deepcopy(lstm)
-    token = tokenize(repr(lstm), lstm._config(), lstm.zero_output_for_mask, lstm.reverse, lstm.get_weights())
+    token = tokenize(repr(lstm), lstm.get_config(), lstm.get_weights())
     return dask.delayed(snapshot, name=f"nblstm-lstm-{token}")
 
 
@@ -612,7 +612,7 @@ def loss_and_grads(lstm, loss_fn, input, target=None, *, sequence_length=None, m
     none = [None] * len(batch_chunks)
     seed = None
     if training and lstm.dropout > 0 and lstm.num_layers > 1:
-        seed = int(lstm._rng.integers(2**63))
+        seed = int(lstm.rng.integers(2**63))
     layer = _layer_handle(lstm)
     leaves = [dask.delayed(_layer_block, pure=True)(
         layer, loss_fn, inputs[j], chunked.get("target", none)[j], chunked.get("sequence_length", none)[j],

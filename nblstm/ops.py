@@ -87,21 +87,6 @@ def _peephole_arrays(wci, wcf, wco, use_peephole):
     return given
 
 
-def _outputs_sequence(outputs, count, name="outputs"):
-    """The forward outputs as a tuple of ``count`` arrays (a named tuple or a sequence)."""
-    if isinstance(outputs, dict):
-        try:
-            return tuple(outputs[k] for k in _OUTPUT_NAMES[:count])
-        except KeyError as missing:
-            raise ValueError(f"{name} lacks the forward output {missing}") from None
-    if not isinstance(outputs, (tuple, list)):
-        raise TypeError(f"{name} must be the tuple of forward outputs (i, cs, f, o, ci, co, h), "
-                        f"got {type(outputs).__name__}")
-    if len(outputs) < count:
-        raise ValueError(f"{name} must hold the {count} forward outputs {_OUTPUT_NAMES[:count]}, got {len(outputs)}")
-    return tuple(outputs[:count])
-
-
 def _check_core(x, cs_prev, h_prev, w, b, peepholes, extra=None, x_rank=3):
     """Validate the arrays common to every op; returns ``(infos, (T, B, I, H))``.
 
@@ -286,7 +271,7 @@ def checked_block_lstm_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_grad, 
                             use_peephole, layout, stream, precision="exact"):
     """:func:`block_lstm_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS`` (for ``raw_ops``)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
-    outputs = _outputs_sequence(outputs, 7)
+    outputs = v.check_outputs(outputs, _OUTPUT_NAMES[:7])
     extra = {name: (a, 3) for name, a in zip(_OUTPUT_NAMES, outputs)}
     for name, a in (("cs_grad", cs_grad), ("h_grad", h_grad)):
         if a is not None:
@@ -409,7 +394,7 @@ def checked_lstm_block_cell_grad(x, cs_prev, h_prev, w, b, outputs, cs_grad, h_g
                                  layout, stream):
     """:func:`lstm_block_cell_grad`, also checking a bias ``b`` (unused) unless it is ``_NO_BIAS`` (for ``raw_ops``)."""
     peepholes = _peephole_arrays(wci, wcf, wco, use_peephole)
-    outputs = _outputs_sequence(outputs, 6)
+    outputs = v.check_outputs(outputs, _OUTPUT_NAMES[:6])
     extra = {name: (a, 2) for name, a in zip(_OUTPUT_NAMES, outputs)}
     for name, a in (("cs_grad", cs_grad), ("h_grad", h_grad)):
         if a is not None:

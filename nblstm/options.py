@@ -15,7 +15,12 @@ turns clipping off" (TensorFlow's), is converted to it at the boundary by
 
 from typing import NamedTuple
 
-__all__ = ["GATE_FUNCTIONS", "PRECISIONS", "CellOptions", "OpOptions", "clip_scalars", "op_cell_clip"]
+__all__ = ["ACTIVATION_NAMES", "GATE_FUNCTIONS", "PRECISIONS", "CellOptions", "OpOptions", "clip_scalars",
+           "op_cell_clip"]
+
+#: Activation names of ``j`` and the cell output (Keras names), in the order of their codes in
+#: ``nblstm.spec.ACTIVATIONS`` (not imported here: it imports numba; a test checks that the two agree).
+ACTIVATION_NAMES = ("tanh", "relu", "sigmoid", "elu", "softsign", "softplus", "selu", "linear", "hard_sigmoid")
 
 #: The gate functions of the cell (Keras's ``recurrent_activation``), by their codes.
 GATE_FUNCTIONS = ("sigmoid", "hard_sigmoid")

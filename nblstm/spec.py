@@ -48,6 +48,7 @@ __all__ = [
     "cell_forward_unit",
     "clip_value",
     "clip_value_grad",
+    "fma",
     "forward_unit",
     "sigmoid",
     "tanh",
@@ -65,7 +66,7 @@ GATE_BLOCKS = {
 # |x| <= _TANH_BOUND, fitted for this project (weighted least squares, then
 # Lawson iterations on the maximum error). Evaluated in float32 its error is
 # at most 3.4e-7 absolute and relative over the whole real line (its Horner
-# steps are fused multiply-adds, _fma), within
+# steps are fused multiply-adds, fma), within
 # TensorFlow's float32 tolerance (1e-6), and, unlike libm's tanhf, it is
 # plain arithmetic that LLVM vectorizes. Q has no real root (Q >= 1).
 # Measured over every float32, that is at most 5.3 ulp (4.2 ulp below
@@ -121,15 +122,15 @@ def _tanh_float32(x):
         return -_ONE32
     s = x * x
     p = _TANH_P[5]
-    p = _fma(p, s, _TANH_P[4])
-    p = _fma(p, s, _TANH_P[3])
-    p = _fma(p, s, _TANH_P[2])
-    p = _fma(p, s, _TANH_P[1])
-    p = _fma(p, s, _TANH_P[0])
+    p = fma(p, s, _TANH_P[4])
+    p = fma(p, s, _TANH_P[3])
+    p = fma(p, s, _TANH_P[2])
+    p = fma(p, s, _TANH_P[1])
+    p = fma(p, s, _TANH_P[0])
     q = _TANH_Q[3]
-    q = _fma(q, s, _TANH_Q[2])
-    q = _fma(q, s, _TANH_Q[1])
-    q = _fma(q, s, _TANH_Q[0])
+    q = fma(q, s, _TANH_Q[2])
+    q = fma(q, s, _TANH_Q[1])
+    q = fma(q, s, _TANH_Q[0])
     return x * p / q
 
 
@@ -165,7 +166,7 @@ def _pow2_float32(typingctx, k):
 
 
 @intrinsic
-def _fma(typingctx, a, b, c):
+def fma(typingctx, a, b, c):
     """``a * b + c`` rounded once (``llvm.fma``; a vector instruction where LLVM vectorizes the loop).
 
     The kernels are compiled without ``fastmath={"contract"}`` (:mod:`nblstm._jit`):
@@ -201,10 +202,10 @@ def _exp_neg_float32(a, one):
     r = r_hi + r_lo  # n ln 2 - a, |r| <= ln(2) / 2
     r_err = (r_hi - r) + r_lo  # what rounding r lost (unbiases the result)
     p = _EXP_P[4]
-    p = _fma(p, r, _EXP_P[3])
-    p = _fma(p, r, _EXP_P[2])
-    p = _fma(p, r, _EXP_P[1])
-    p = _fma(p, r, _EXP_P[0])
+    p = fma(p, r, _EXP_P[3])
+    p = fma(p, r, _EXP_P[2])
+    p = fma(p, r, _EXP_P[1])
+    p = fma(p, r, _EXP_P[0])
     tail = r * r * p + r_err
     er = one + (r + tail)  # exp(r), in [0.70, 1.42]
     er_lo = (r - (er - one)) + tail  # er - 1 and r - (er - 1) are exact

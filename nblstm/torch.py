@@ -216,7 +216,7 @@ class LSTM(torch.nn.Module):
     def _follow(self, dtype):
         """The inner layer in ``dtype``, the parameters' (moved by ``.double()``, ``.half()``, ``.to(dtype)``).
 
-        The layer is rebuilt with the same options; its dropout generator carries on where it was.
+        The layer is rebuilt with the same options (its dropout masks start again from ``seed``).
         """
         if dtype not in _DTYPES:
             raise TypeError(f"the module's parameters are {dtype}; nblstm.torch.LSTM computes in torch.float16, "
@@ -224,18 +224,14 @@ class LSTM(torch.nn.Module):
         layer = self._layer
         if layer.dtype == _DTYPES[dtype]:
             return
-        config = {k: a for k, a in layer._config().items() if k != "dtype"}
-        new = _layer.LSTM(**config, zero_output_for_mask=layer.zero_output_for_mask, reverse=layer.reverse,
-                          dtype=_DTYPES[dtype], seed=layer.seed)
-        new._rng = layer._rng
-        self._layer = new
+        self._layer = _layer.LSTM(**{**layer.get_config(), "dtype": _DTYPES[dtype]})
 
     def _parameter_grads(self, d_weights, like):
         """Gradients of the parameters, in :meth:`_ordered`'s order, from the layer's ``d_weights``."""
         units = self.hidden_size
         grads = []
-        for index, (suffix, names) in enumerate(self._names):
-            prefix = self._layer._prefix(index)
+        for suffix, names in self._names:
+            prefix = suffix[1:] + "/"  # "_l0_reverse" -> the layer's "l0_reverse/"
             kernel = _ifgo(d_weights[prefix + "kernel"].T, units)  # [4H, I + P], PyTorch's rows
             inputs = getattr(self, "weight_ih" + suffix).shape[1]
             found = {"weight_ih": kernel[:, :inputs], "weight_hh": kernel[:, inputs:]}

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import nblstm
-from nblstm._tools.warmup import GROUPS
+from nblstm.precompile import GROUPS
 
 #: The folder that holds the nblstm under test: the child processes import it from there.
 ROOT = Path(nblstm.__file__).resolve().parents[1]
@@ -291,8 +291,8 @@ def test_warm_process_compiles_nothing(warm_process, case):
 
 def test_cases_take_every_path():
     """The warm-up's shapes take the single- and multi-threaded paths of :mod:`nblstm.cpu.partition`."""
-    from nblstm._tools.warmup import _CELL_SHAPES, _op_shapes
     from nblstm.cpu.partition import call_threads, cell_chunk_bounds, chunk_bounds, fused_projection, row_blocks
+    from nblstm.precompile import _CELL_SHAPES, _op_shapes
 
     several = numba.get_num_threads() > 1
     for dtype in (np.float32, np.float64):
@@ -311,7 +311,7 @@ def test_cases_take_every_path():
 
 def test_float16_warms_the_float32_groups():
     """float16 is computed in float32: ``warmup(["float16"])`` is float32's (the float16 case checks its calls)."""
-    from nblstm._tools.warmup import _work
+    from nblstm.precompile import _work
 
     assert _work(["float16"], None) == _work(["float32"], None) == [(g, "float32") for g in GROUPS]
     assert _work(["float16", "float32", np.float64], ["block_lstm"]) == [
@@ -330,7 +330,7 @@ def test_arguments_are_checked():
 
 
 _PARALLEL = _PRELUDE + textwrap.dedent("""
-    import nblstm._tools.warmup as w
+    import nblstm.precompile as w
 
     lines, helped, loads = [], [], {}
     run_group = w.run_group

@@ -6,7 +6,7 @@ import io
 import numpy as np
 
 from nblstm._tools import cli, demo
-from nblstm._tools.warmup import GROUPS
+from nblstm.precompile import GROUPS
 
 
 def test_adding_problem_batches():

@@ -868,7 +868,7 @@ def test_dropout_only_when_training_and_seeded():
     np.testing.assert_array_equal(off[1][0], plain[1][0])
     np.testing.assert_array_equal(off[1][1], plain[1][1])
     # The same seed draws the same masks; the masks are the layer's generator's draws, 1/(1-p) where kept.
-    rng_before = copy.deepcopy(lstm._rng)
+    rng_before = copy.deepcopy(lstm.rng)
     out, (h_n, c_n) = lstm(x, sequence_length=lengths, training=True)
     twin_out = twin(x, sequence_length=lengths, training=True)[0]
     np.testing.assert_array_equal(out, twin_out)
@@ -881,7 +881,7 @@ def test_dropout_only_when_training_and_seeded():
     assert not np.array_equal(lstm(x, sequence_length=lengths, training=True)[0], out)
     # The vjp with training=True: finite differences with the masks of that call held fixed.
     hx = random_hx(lstm, rng, 3)
-    draws = copy.deepcopy(lstm._rng)  # the draws the next call will make
+    draws = copy.deepcopy(lstm.rng)  # the draws the next call will make
     keeps = [(draws.random((4, 3, 6)) >= 0.4) / 0.6 for _ in range(2)]
     check_gradients(lstm, x, hx, lengths, None, rng, training=True, keeps=keeps)
     # A single layer has no dropout.

@@ -83,8 +83,8 @@ def _progress(out):
 
 def demo(args, out=sys.stdout):
     """Compile the kernels, train an LSTMCell on the adding problem, then check and time the fused ops."""
+    from ..precompile import warmup as run_warmup
     from .demo import train
-    from .warmup import warmup as run_warmup
 
     # The cell trains in float32; the fused ops run in the chosen dtype. The demo runs no stepper.
     dtypes = sorted({"float32", args.dtype})
@@ -101,7 +101,7 @@ def demo(args, out=sys.stdout):
 
 def warmup(args, out=None):
     """Compile (or load from numba's cache) every CPU kernel for the chosen dtypes; a line per group."""
-    from .warmup import warmup as run_warmup
+    from ..precompile import warmup as run_warmup
 
     out = sys.stdout if out is None else out
     where = f" in {args.jobs} processes at once" if args.jobs > 1 else ""

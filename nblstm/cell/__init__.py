@@ -2,7 +2,7 @@
 
 The cell validates its arguments, keeps its weights on the host and runs on
 the target of its inputs through the target contract
-(:class:`nblstm._dispatch.Target`), as the ops do.
+(:class:`nblstm._contract.Target`), as the ops do.
 """
 
 from .activations import ACTIVATION_NAMES, Activation

@@ -7,11 +7,10 @@ NumPy arrays for reference. Importing this module does not import numba.
 
 import numpy as np
 
+from ..options import ACTIVATION_NAMES
+
 __all__ = ["ACTIVATION_NAMES", "Activation", "activation_of"]
 
-#: Activation names accepted by :class:`nblstm.LSTMCell` (Keras names), in the order of their codes in
-#: ``nblstm.spec.ACTIVATIONS`` (not imported here: it imports numba; a test checks that the two agree).
-ACTIVATION_NAMES = ("tanh", "relu", "sigmoid", "elu", "softsign", "softplus", "selu", "linear", "hard_sigmoid")
 # SELU's constants (Klambauer et al., 2017), as in Keras and nblstm.spec.
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946

@@ -29,39 +29,25 @@ once, on first use, and kept there (per compute dtype and GPU) until
 import numbers
 import os
 import warnings
-from collections import namedtuple
 
 import numpy as np
 
 from .. import _validate as v
 from .. import convert
 from .._dispatch import check_precision, target_for
+from ..arrays import swap01
 from ..interchange import accepts_any_array
-from ..layer.arrays import swap01
 from ..options import GATE_FUNCTIONS, PRECISIONS, CellOptions
 from ..schedule import schedule
 from .activations import activation_of
 from .initializers import initializer_of
+from .state import LSTMStateTuple, state_arrays
+from .stepper import Stepper
 from .weights import checked_weights, initial_weights, load, save, weight_shapes
 
 __all__ = ["LSTMCell", "LSTMStateTuple"]
 
 _ALLOWED_KWARGS = ("trainable",)
-
-LSTMStateTuple = namedtuple("LSTMStateTuple", ["c", "h"])
-LSTMStateTuple.__doc__ = """State of an :class:`LSTMCell`: ``c [B, H]`` (cell) and ``h [B, P]`` (output), in that order.
-
-Keras orders the same state ``[h, c]`` and PyTorch ``(h0, c0)``.
-
-Examples
---------
->>> import numpy as np, nblstm
->>> state = nblstm.LSTMStateTuple(c=np.zeros((2, 4)), h=np.ones((2, 3)))  # B = 2, H = 4, P = 3
->>> c, h = state
->>> c.shape, h.shape, state.h is h
-((2, 4), (2, 3), True)
-"""
-
 
 class LSTMCell:
     """Long short-term memory cell of TensorFlow 1 (``tf.compat.v1.nn.rnn_cell.LSTMCell``), compiled.
@@ -796,8 +782,6 @@ class LSTMCell:
         >>> np.allclose(outputs, outputs_at_once, atol=1e-6)
         True
         """
-        from .stepper import Stepper
-
         if self._weights is None:
             raise ValueError("stepper() needs the cell's weights: call build(input_depth), set_weights(...) or "
                              "the cell once first")
@@ -805,8 +789,7 @@ class LSTMCell:
         if batch < 1:
             raise ValueError(f"batch_size must be >= 1 for a stepper, got {batch}")
         check_precision("host", self.precision)
-        return Stepper(target_for("host"), self._weights, self._options(), batch, initial_state, self._state_arrays,
-                       self.state_is_tuple)
+        return Stepper(target_for("host"), self._weights, self._options(), batch, initial_state, self.state_is_tuple)
 
     @accepts_any_array
     def run(self, inputs, initial_state=None, sequence_length=None, *, mask=None, reverse=False, time_major=True,
@@ -958,42 +941,8 @@ class LSTMCell:
         return info
 
     def _state_arrays(self, state, batch, dtype, kind, name):
-        """``(c [B, H], h [B, P])`` from a validated state argument (``None`` for each part when ``state`` is).
-
-        The arrays themselves, or column views of a joined state
-        (``state_is_tuple=False``); the target makes zeros of ``None``.
-        """
-        units, depth = self.num_units, self._depth
-        if state is None:
-            return None, None
-        if self.state_is_tuple:
-            if not isinstance(state, (tuple, list)) or len(state) != 2:
-                raise TypeError(f"{name} must be an LSTMStateTuple (c [B, H], h [B, P]) with state_is_tuple=True, "
-                                f"got {type(state).__name__}")
-            parts = {f"{name}.c": state[0], f"{name}.h": state[1]}
-        else:
-            if isinstance(state, (tuple, list)):
-                raise TypeError(f"{name} must be one [B, {units + depth}] array with state_is_tuple=False, "
-                                f"got a {type(state).__name__}")
-            parts = {name: state}
-        infos = {}
-        for n, a in parts.items():
-            infos[n] = info = v.describe_array(n, a)
-            if info.kind != kind:
-                raise TypeError(f"{n} is a {'GPU' if info.kind == 'device' else 'NumPy'} array but inputs is "
-                                f"{'a GPU' if kind == 'device' else 'a NumPy'} array: they must live together")
-            if info.dtype != dtype:
-                raise TypeError(f"{n} has dtype {info.dtype}; expected {dtype} (the dtype of inputs)")
-            if len(info.shape) != 2:
-                raise ValueError(f"{n} must have rank 2, got shape {tuple(info.shape)}")
-        if self.state_is_tuple:
-            v.check_shape(infos[f"{name}.c"], (batch, units), "[B, H]: B from inputs, H = num_units")
-            v.check_shape(infos[f"{name}.h"], (batch, depth), "[B, P]: B from inputs, P = num_proj or num_units")
-            c, h = parts.values()
-        else:
-            v.check_shape(infos[name], (batch, units + depth), "[B, H + P]: the state c and h concatenated")
-            c, h = state[:, :units], state[:, units:]
-        return c, h
+        """``(c [B, H], h [B, P])`` of a state argument (:func:`nblstm.cell.state.state_arrays`)."""
+        return state_arrays(state, batch, dtype, kind, name, self.num_units, self._depth, self.state_is_tuple)
 
     def _like(self, state, kind):
         """``state`` moved to the GPU when ``kind`` is ``"device"``."""

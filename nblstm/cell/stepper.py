@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from .. import _validate as v
-from .cell import LSTMStateTuple
+from .state import LSTMStateTuple, state_arrays
 
 __all__ = ["Stepper"]
 
@@ -74,7 +74,6 @@ class Stepper:
         "_lock",
         "_out_shape",
         "_step",
-        "_state_arrays",
         "_units",
         "_x_shape",
         "batch_size",
@@ -84,7 +83,7 @@ class Stepper:
         "output_size",
     )
 
-    def __init__(self, target, weights, options, batch_size, initial_state, state_arrays, state_is_tuple):
+    def __init__(self, target, weights, options, batch_size, initial_state, state_is_tuple):
         """Use :meth:`nblstm.LSTMCell.stepper`: the cell validates and hands over its weights and options."""
         kernel = weights["kernel"]
         self.dtype = self._dtype = kernel.dtype
@@ -95,7 +94,6 @@ class Stepper:
         self.batch_size = batch_size
         self._x_shape = (batch_size, self.input_depth)
         self._out_shape = (batch_size, self.output_size)
-        self._state_arrays = state_arrays
         self._joined = not state_is_tuple
         # The kernel releases the GIL and works in the stepper's one buffer: two steps at once would mix
         # their states. Uncontended, the lock costs about 0.15 us a step (docs/streaming.md).
@@ -237,7 +235,8 @@ class Stepper:
             for part in parts:
                 if v.describe_array(name, part).kind != "host":
                     raise TypeError(f"{name} holds GPU arrays; a Stepper runs on the CPU with NumPy arrays")
-        return self._state_arrays(state, self.batch_size, self._dtype, "host", name)
+        return state_arrays(state, self.batch_size, self._dtype, "host", name, self.num_units, self.output_size,
+                            not self._joined)
 
     def __repr__(self):
         return (

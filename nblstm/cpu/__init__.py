@@ -18,5 +18,5 @@ from .target import CpuTarget
 
 __all__ = ["TARGET", "CpuTarget"]
 
-#: The CPU's :class:`nblstm._dispatch.Target`.
+#: The CPU's :class:`nblstm._contract.Target`.
 TARGET = CpuTarget()

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import EXACT
+from .._jit import KERNEL
 from . import threads
 from .partition import MIN_PARALLEL_PACK
 
@@ -36,7 +36,7 @@ def _half_to_float_table():
     return _table["f32"]
 
 
-@njit(**EXACT)
+@njit(**KERNEL)
 def _bits_to_float(bits, table, out, start, stop):
     # Sliced so that the loop indexes from 0: no wraparound checks.
     src, dst = bits[start:stop], out[start:stop]
@@ -44,7 +44,7 @@ def _bits_to_float(bits, table, out, start, stop):
         dst[k] = table[src[k]]
 
 
-@njit(**EXACT)
+@njit(**KERNEL)
 def _to_float32(w, workers, bits, table, out):
     """Worker ``w``'s blocks of ``out[k] = float32(float16 with bits[k])`` (flat ``bits: [N] uint16``,
     ``out: [N] float32``)."""
@@ -53,7 +53,7 @@ def _to_float32(w, workers, bits, table, out):
         _bits_to_float(bits, table, out, start, min(n, start + _BLOCK))
 
 
-@njit(**EXACT)
+@njit(**KERNEL)
 def _float_to_bits(values, value_bits, out, start, stop):
     # Sliced so that the loop indexes from 0 (no wraparound checks), and
     # every case computed and then selected, so that LLVM vectorizes it.
@@ -80,7 +80,7 @@ def _float_to_bits(values, value_bits, out, start, stop):
         dst[k] = np.uint16(sign | h)
 
 
-@njit(**EXACT)
+@njit(**KERNEL)
 def _to_float16(w, workers, values, value_bits, out):
     """Worker ``w``'s blocks of ``out[k]`` = the bits of ``float16(values[k])`` (``value_bits``: ``values``
     viewed as uint32)."""

@@ -21,7 +21,7 @@ import threading
 import numpy as np
 from numba import njit
 
-from .._jit import EXACT
+from .._jit import KERNEL
 
 __all__ = ["ALIGNMENT", "MAX_FREE_BYTES", "MIN_BYTES", "aligned", "clear", "empty"]
 
@@ -51,7 +51,7 @@ class _Lease:
         _release(self._buffer)
 
 
-@njit(**EXACT)
+@njit(**KERNEL)
 def _misalignment(buffer):
     """Bytes from the start of the 1-D ``buffer`` to its first 64-byte boundary
     (jitted: ``ndarray.ctypes.data`` takes 1.6 us, this call 0.2)."""

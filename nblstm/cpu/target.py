@@ -1,4 +1,4 @@
-"""The CPU target: the entry points of the target contract (:class:`nblstm._dispatch.Target`) on NumPy arrays.
+"""The CPU target: the entry points of the target contract (:class:`nblstm._contract.Target`) on NumPy arrays.
 
 Here the validated arguments of a call are brought to what the kernels
 take: the compute dtype (numba's CPU target has no float16: float16 is
@@ -9,7 +9,7 @@ caller's dtype.
 
 import numpy as np
 
-from .._dispatch import CellBackward, CellForward
+from .._contract import CellBackward, CellForward
 from .._validate import compute_dtype
 from . import cell, fused, half, step
 from .blas import kernel_section
@@ -77,7 +77,7 @@ def _peepholes(wci, wcf, wco, units, dtype):
 
 
 class CpuTarget:
-    """The CPU implementation of :class:`nblstm._dispatch.Target` (``stream`` is always ``None`` here)."""
+    """The CPU implementation of :class:`nblstm._contract.StreamingTarget` (``stream`` is always ``None`` here)."""
 
     name = "cpu"
 

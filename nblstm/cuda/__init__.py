@@ -27,5 +27,5 @@ from .target import CudaTarget
 
 __all__ = ["SIMULATOR", "TARGET", "CudaTarget", "config", "release_workspaces"]
 
-#: The CUDA :class:`nblstm._dispatch.Target`.
+#: The CUDA :class:`nblstm._contract.Target`.
 TARGET = CudaTarget()

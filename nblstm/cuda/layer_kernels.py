@@ -1,7 +1,7 @@
 """Kernels of the layers' glue on the GPU: batch-major to time-major, the directions' columns, sums and products.
 
 Grid-stride loops over the elements of their ``[N0, N1, N2]`` C-contiguous
-output, each element written by one thread (:mod:`nblstm.layer.arrays`
+output, each element written by one thread (:mod:`nblstm.arrays`
 launches them).
 """
 

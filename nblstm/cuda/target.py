@@ -1,18 +1,18 @@
-"""The CUDA target: the entry points of the target contract (:class:`nblstm._dispatch.Target`) on GPU arrays.
+"""The CUDA target: the entry points of the target contract (:class:`nblstm._contract.Target`) on GPU arrays.
 
 The ops return arrays of the caller's kind (CuPy, PyTorch or Numba device
 arrays); the cell returns Numba device arrays and NumPy weight gradients
 (:mod:`nblstm.cuda.cell`).
 """
 
-from .._dispatch import CellBackward, CellForward
+from .._contract import CellBackward, CellForward
 from . import cell, fused
 
 __all__ = ["CudaTarget"]
 
 
 class CudaTarget:
-    """The CUDA implementation of :class:`nblstm._dispatch.Target`."""
+    """The CUDA implementation of :class:`nblstm._contract.Target`."""
 
     name = "cuda"
 

@@ -93,37 +93,6 @@ def layout_code(layout):
     raise ValueError(f"layout must be 'ifco' or 'icfo' (or their codes 0 and 1), got {layout!r}")
 
 
-# -- the kernels' argument types ------------------------------------------------------------------------------
-
-
-@intrinsic
-def _any_layout(typingctx, a):
-    """``a`` typed as an array of layout ``"A"`` (same data, same mutability): one kernel for every layout."""
-    if not isinstance(a, types.Array):
-        return None
-    target = a.copy(layout="A")
-
-    def codegen(context, builder, signature, args):
-        value = context.cast(builder, args[0], a, target)
-        return impl_ret_borrowed(context, builder, target, value)
-
-    return target(a), codegen
-
-
-@intrinsic
-def _read_only(typingctx, a):
-    """``a`` typed as a read-only array of layout ``"A"``: an input, whatever the caller's array."""
-    if not isinstance(a, types.Array):
-        return None
-    target = a.copy(layout="A", readonly=True)
-
-    def codegen(context, builder, signature, args):
-        value = context.cast(builder, args[0], a, target)
-        return impl_ret_borrowed(context, builder, target, value)
-
-    return target(a), codegen
-
-
 # -- C-contiguous views and copies ------------------------------------------------------------------------------
 #
 # The kernels take arrays of any layout (one compiled kernel for all); their loops run on C-contiguous arrays,

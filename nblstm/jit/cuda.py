@@ -25,7 +25,7 @@ fused multiply-adds, as the CPU functions do.
 
 from numba import cuda, njit
 
-from ..spec import _fma, backward_unit, cast_like, forward_unit
+from ..spec import backward_unit, cast_like, fma, forward_unit
 from .cpu import ICFO, IFCO, layout_code
 
 __all__ = [
@@ -48,7 +48,7 @@ __all__ = [
 @njit(inline="always")
 def _fused(a, b, c):
     """``a * b + c`` rounded once."""
-    return _fma(a, b, c)
+    return fma(a, b, c)
 
 
 @njit(inline="always")

@@ -4,7 +4,7 @@ Each layer and direction is an :class:`nblstm.LSTMCell` run over the whole
 sequence in fused kernels; the reverse direction runs each example reversed
 within its own length (or over its unmasked steps last to first) inside the
 kernels (:mod:`nblstm.schedule`). Between layers the layer only moves
-arrays (:mod:`nblstm.layer.arrays`): the directions' outputs side by side,
+arrays (:mod:`nblstm.arrays`): the directions' outputs side by side,
 dropout when training.
 """
 
@@ -13,10 +13,10 @@ import numbers
 import numpy as np
 
 from .. import _validate as v
+from .. import arrays
 from ..cell import LSTMCell
 from ..cell.weights import checked_weights, weight_shapes
 from ..interchange import accepts_any_array
-from . import arrays
 
 __all__ = ["LSTM"]
 
@@ -66,6 +66,8 @@ class LSTM:
     ----------
     cells : tuple of LSTMCell
         ``L * D`` cells, the cell of layer ``l`` and direction ``d`` at ``l * D + d``.
+    rng : numpy.random.Generator
+        Draws the dropout masks (``numpy.random.default_rng(seed)`` at first); replace it to draw others.
 
     Examples
     --------
@@ -106,7 +108,7 @@ class LSTM:
         self.reverse = v.check_bool("reverse", reverse)
         if self.reverse and bidirectional:
             raise ValueError("reverse=True is for one direction; a bidirectional layer already has a reverse one")
-        self._rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)
         self.num_directions = 2 if self.bidirectional else 1
         depth = self.proj_size or self.hidden_size
         cells = []
@@ -131,9 +133,9 @@ class LSTM:
         bound = 1.0 / np.sqrt(self.hidden_size)
         weights = {}
         for name, shape in weight_shapes(inputs, self.hidden_size, cell.num_proj, cell.use_peepholes).items():
-            value = self._rng.uniform(-bound, bound, shape)
+            value = self.rng.uniform(-bound, bound, shape)
             if name == "bias":
-                value = value + self._rng.uniform(-bound, bound, shape) if self.bias else np.zeros(shape)
+                value = value + self.rng.uniform(-bound, bound, shape) if self.bias else np.zeros(shape)
             weights[name] = value.astype(self.dtype)
         return weights
 
@@ -415,6 +417,20 @@ class LSTM:
         config, cells = onnx.read(model_or_node, name=name, weights=weights)
         return cls._from(config, cells, options)
 
+    def get_config(self):
+        """The constructor's keyword arguments of this layer: ``nblstm.LSTM(**lstm.get_config())`` is a layer
+        like it (with initial weights).
+
+        Examples
+        --------
+        >>> import nblstm
+        >>> config = nblstm.LSTM(3, 4, batch_first=True, seed=0).get_config()
+        >>> config["batch_first"], config["dtype"], nblstm.LSTM(**config).get_config() == config
+        (True, 'float32', True)
+        """
+        return {**self._config(), "zero_output_for_mask": self.zero_output_for_mask, "reverse": self.reverse,
+                "seed": self.seed}
+
     def _config(self):
         return {"input_size": self.input_size, "hidden_size": self.hidden_size, "num_layers": self.num_layers,
                 "bias": self.bias, "batch_first": self.batch_first, "dropout": self.dropout,
@@ -580,7 +596,7 @@ class LSTM:
             layer_out = arrays.concat_columns(outs, kind)
             keep = None
             if drop and layer < self.num_layers - 1:
-                keep = ((self._rng.random(layer_out.shape) >= self.dropout) / (1.0 - self.dropout)).astype(self.dtype)
+                keep = ((self.rng.random(layer_out.shape) >= self.dropout) / (1.0 - self.dropout)).astype(self.dtype)
                 layer_out = arrays.multiply(layer_out, keep, kind)
             saved.append(keep)
             layer_in = layer_out

@@ -13,10 +13,10 @@ are discarded).
 import re
 
 from .. import _validate as v
+from .. import arrays
 from .._dispatch import check_precision
 from ..cell import LSTMCell
 from ..interchange import accepts_any_array
-from . import arrays
 
 __all__ = ["MultiRNNCell", "bidirectional_dynamic_rnn", "dynamic_rnn"]
 

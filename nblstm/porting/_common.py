@@ -5,8 +5,7 @@ import numbers
 import numpy as np
 
 from .. import convert
-from ..cell.activations import ACTIVATION_NAMES
-from ..options import GATE_FUNCTIONS
+from ..options import ACTIVATION_NAMES, GATE_FUNCTIONS
 
 #: The gate functions ``s`` of ``i, f, o`` that nblstm computes (``"hard_sigmoid"`` is Keras 3's ``relu6(x + 3) / 6``).
 RECURRENT_ACTIVATIONS = GATE_FUNCTIONS

@@ -91,9 +91,9 @@ def test_dropout_on_the_gpu_draws_the_cpu_masks():
     rng = np.random.default_rng(2)
     lstm = random_layer(rng, dropout=0.5)
     x = rng.standard_normal((3, 2, 2))
-    state = copy.deepcopy(lstm._rng)
+    state = copy.deepcopy(lstm.rng)
     out = lstm(x, training=True)[0]
-    lstm._rng = state
+    lstm.rng = state
     close(lstm(dev(x), training=True)[0], out, "output with dropout")
 
 

@@ -22,7 +22,7 @@ cuda = pytest.importorskip("numba.cuda")
 nvrtc = pytest.importorskip("numba.cuda.cudadrv.nvrtc")
 dispatcher = pytest.importorskip("numba.cuda.dispatcher")
 
-from nblstm.cuda import registry  # noqa: E402 - after the skips
+from nblstm.cuda import catalog  # noqa: E402 - after the skips
 
 # sm_70 (Volta) is listed for completeness: CUDA 13 toolkits dropped it, so
 # it is skipped where the installed NVVM cannot target it.
@@ -53,7 +53,7 @@ def target_cc(request, monkeypatch):
 @pytest.mark.parametrize("target_cc", CCS, indirect=True, ids=[f"sm_{a}{b}" for a, b in CCS])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_every_kernel_compiles_to_ptx(dtype, target_cc):
-    sigs = [*registry.signatures(dtype, "common"), *registry.signatures(dtype, "fused")]
+    sigs = [*catalog.signatures(dtype, "common"), *catalog.signatures(dtype, "fused")]
     names = {name for name, _, _ in sigs}
     if dtype != np.float16:
         assert {"gemm", "forward_step", "forward_persistent", "backward_step", "backward_persistent",
@@ -81,7 +81,7 @@ def _compiled(sigs, dtype, target_cc):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_every_cell_kernel_compiles_to_ptx(dtype, target_cc):
     """The LSTMCell kernels, the schedules' row moves and the layers' glue (float16 cells run them in float32)."""
-    sigs = registry.signatures(dtype, "cell")
+    sigs = catalog.signatures(dtype, "cell")
     assert {"forward_step", "project_step", "backward_h_step", "backward_units_step", "cell_forward_resident",
             "cell_backward_resident", "masked_outputs", "write_state", "gather_rows", "scatter_add_rows", "swap01",
             "place_columns", "take_columns", "add3", "mul3"} == {name for name, _, _ in sigs}

@@ -1,4 +1,4 @@
-"""The layers' glue on either kind of array: NumPy on the host, small kernels on the GPU.
+"""The layers' and the cell's glue on either kind of array: NumPy on the host, small kernels on the GPU.
 
 A layer runs its cells through the targets; between them it only moves
 arrays: batch-major to time-major, the two directions' outputs into one
@@ -10,6 +10,8 @@ the cell's kernels are). Importing this module imports neither numba nor CUDA.
 """
 
 import numpy as np
+
+from ._validate import to_device
 
 __all__ = ["add", "columns", "concat_columns", "multiply", "stack", "swap01", "to_kind"]
 
@@ -114,8 +116,4 @@ def stack(parts, kind):
 
 def to_kind(a, kind):
     """A host array on the GPU when ``kind == "device"`` (a copy), unchanged otherwise."""
-    if kind == "host":
-        return a
-    from numba import cuda
-
-    return cuda.to_device(np.ascontiguousarray(a))
+    return a if kind == "host" else to_device(a)

@@ -55,7 +55,7 @@ _COMPUTE_DTYPES = {"float16": "float32", "float32": "float32", "float64": "float
 
 def _op_shapes(dtype):
     """``(T, B, I, H)`` of the fused ops' calls: together they take every path of :mod:`nblstm.cpu.partition`."""
-    from ..cpu.partition import fused_projection
+    from .cpu.partition import fused_projection
 
     # The smallest I whose packed input weights' panel is over 32 KiB: the input projection is GEMMs before the loop.
     unfused = 64
@@ -102,7 +102,7 @@ def _op_problems(dtype):
 
 
 def _block_lstm(dtype):
-    from .. import ops
+    from . import ops
 
     for _, _, (x, cs, h, w, b, p) in _op_problems(dtype):
         ops.block_lstm(x, cs, h, w, b)
@@ -114,7 +114,7 @@ def _block_lstm(dtype):
 
 
 def _block_lstm_grad(dtype):
-    from .. import ops
+    from . import ops
 
     for shape, storage, (x, cs, h, w, _, p) in _op_problems(dtype):
         steps, batch, _, units = shape
@@ -138,7 +138,7 @@ _CELL_SHAPES = ((3, 2, 3, 8, 4), (2, 16, 8, 128, 64), (2, 8, 8, 512, 256))
 
 def _cells(units, num_proj, dtype):
     """A plain cell, and one with every option (a joined state, a run-time activation code)."""
-    from ..cell import LSTMCell
+    from .cell import LSTMCell
 
     return (
         LSTMCell(units, dtype=dtype, seed=0),
@@ -157,7 +157,7 @@ def _cells(units, num_proj, dtype):
 
 
 def _lstm_cell(dtype):
-    from ..cell import ACTIVATION_NAMES, LSTMCell
+    from .cell import ACTIVATION_NAMES, LSTMCell
 
     rng = np.random.default_rng(0)
     for storage in _storage_dtypes(dtype):
@@ -336,7 +336,7 @@ root = sys.argv[2]
 spec = importlib.util.find_spec("nblstm")
 if spec is None or os.path.dirname(os.path.dirname(os.path.abspath(spec.origin))) != root:
     sys.path.insert(0, root)
-from nblstm._tools.warmup import _serve
+from nblstm.precompile import _serve
 sys.exit(_serve(sys.argv[1]))
 """
 
@@ -565,7 +565,7 @@ def warmup(dtypes=("float32", "float64"), jobs=1, *, groups=None, progress=None)
         cache it starts no process.
     groups : sequence of str, optional
         Some of ``"LSTMCell"``, ``"block_lstm_grad"``, ``"block_lstm"``,
-        ``"LSTMCell.stepper"`` (``nblstm._tools.warmup.GROUPS``); all by
+        ``"LSTMCell.stepper"`` (``nblstm.precompile.GROUPS``); all by
         default. ``block_lstm`` holds :func:`nblstm.block_lstm` and
         :func:`nblstm.lstm_block_cell` (and their raw ops), ``block_lstm_grad``
         their gradients.
