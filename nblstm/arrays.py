@@ -25,7 +25,7 @@ def _launch(kernel, n, *args):
 
 
 def _device(a):
-    from ..cuda.interop import as_device
+    from .cuda.interop import as_device
 
     return as_device(a, 0)
 
@@ -40,7 +40,7 @@ def swap01(a, kind):
     """``a: [N0, N1, N] -> [N1, N0, N]`` (batch-major to time-major and back), a copy."""
     if kind == "host":
         return np.ascontiguousarray(np.swapaxes(a, 0, 1))
-    from ..cuda.layer_kernels import swap01 as kernel
+    from .cuda.layer_kernels import swap01 as kernel
 
     src = _device(a)
     if not src.is_c_contiguous():
@@ -56,7 +56,7 @@ def concat_columns(parts, kind):
         return np.concatenate(parts, axis=2) if len(parts) > 1 else parts[0]
     if len(parts) == 1:
         return parts[0]
-    from ..cuda.layer_kernels import place_columns
+    from .cuda.layer_kernels import place_columns
 
     steps, batch = parts[0].shape[:2]
     out = _empty((steps, batch, sum(p.shape[2] for p in parts)), parts[0].dtype)
@@ -73,7 +73,7 @@ def columns(a, col0, width, kind):
         return np.ascontiguousarray(a[:, :, col0:col0 + width])
     if col0 == 0 and width == a.shape[2]:
         return a
-    from ..cuda.layer_kernels import take_columns
+    from .cuda.layer_kernels import take_columns
 
     out = _empty((a.shape[0], a.shape[1], width), a.dtype)
     _launch(take_columns, out.size, _device(a), col0, out)
@@ -86,7 +86,7 @@ def add(a, b, kind):
         return b if a is None else a
     if kind == "host":
         return a + b
-    from ..cuda.layer_kernels import add3
+    from .cuda.layer_kernels import add3
 
     out = _empty(a.shape, a.dtype)
     _launch(add3, out.size, _device(a), _device(b), out)
@@ -97,7 +97,7 @@ def multiply(a, factor, kind):
     """``a * factor`` for ``[T, B, N]`` arrays (``factor`` a host array, moved to ``a``'s kind)."""
     if kind == "host":
         return a * factor
-    from ..cuda.layer_kernels import mul3
+    from .cuda.layer_kernels import mul3
 
     out = _empty(a.shape, a.dtype)
     _launch(mul3, out.size, _device(a), to_kind(np.ascontiguousarray(factor, a.dtype), kind), out)
