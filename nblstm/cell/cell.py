@@ -45,7 +45,7 @@ from .state import LSTMStateTuple, state_arrays
 from .stepper import Stepper
 from .weights import checked_weights, initial_weights, load, save, weight_shapes
 
-__all__ = ["LSTMCell", "LSTMStateTuple"]
+__all__ = ["LSTMCell", "LSTMStateTuple", "checked_backward", "checked_forward"]
 
 _ALLOWED_KWARGS = ("trainable",)
 
@@ -975,6 +975,13 @@ class LSTMCell:
                                     else "initial_state")
         lengths = v.check_lengths(sequence_length, steps, batch)
         order = schedule(steps, batch, lengths, mask, reverse, zero_masked)
+        return self._launch(info, inputs, c0, h0, lengths, order, with_grad)
+
+    def _launch(self, info, inputs, c0, h0, lengths, order, with_grad):
+        """The forward kernels on validated arguments: ``(outputs, final_state, ctx)``."""
+        dtype = info.dtype
+        batch = info.shape[-2]
+        steps = 1 if len(info.shape) == 2 else info.shape[0]
         if self._weights is None:
             if self._dtype is None:
                 self._dtype = dtype
@@ -1016,6 +1023,11 @@ class LSTMCell:
             d_c, d_h = self._state_arrays(d_final_state, batch, dtype, kind, "d_final_state")
         d_c = self._grad_part(d_c, (batch, units), dtype, kind, "d_final_state.c")
         d_h = self._grad_part(d_h, (batch, depth), dtype, kind, "d_final_state.h")
+        return self._launch_backward(ctx, d_out, d_c, d_h)
+
+    def _launch_backward(self, ctx, d_out, d_c, d_h):
+        """The backward kernels on validated gradients (``None``: zeros)."""
+        dtype = ctx["dtype"]
         d_x, d_state, d_w = ctx["target"].cell_backward(saved=ctx["saved"], d_outputs=d_out, d_c=d_c, d_h=d_h,
                                                         join_state=not self.state_is_tuple)
         # Weight gradients are NumPy arrays of the cell's dtype on both targets, like get_weights().
@@ -1041,3 +1053,42 @@ class LSTMCell:
         if self.recurrent_activation != "sigmoid":
             extras.append(f"recurrent_activation={self.recurrent_activation!r}")
         return f"LSTMCell({', '.join([str(self.num_units), *extras])})"
+
+
+# -- the layers' path: arguments checked once per call of the layer ---------------------------------------------
+
+
+def checked_forward(cell, info, inputs, state, lengths, order, with_grad):
+    """``cell`` over arguments its caller has checked: ``(outputs, final_state, ctx)``, as :meth:`LSTMCell.vjp`.
+
+    For :class:`nblstm.LSTM`, which checks its input, states, lengths and
+    mask once per call and builds one schedule per direction for all its
+    cells, instead of every cell checking them again.
+
+    Parameters
+    ----------
+    info : nblstm._validate.ArrayInfo
+        ``describe_array`` of ``inputs``.
+    inputs : [T, B, I] array
+        Time-major, of the cell's dtype and input depth.
+    state : tuple or None
+        ``(c0 [B, H], h0 [B, P])`` arrays of ``inputs``' kind and dtype, or ``None`` (zeros).
+    lengths : [B] int64 array
+        From :func:`nblstm._validate.check_lengths`.
+    order : nblstm.schedule.Schedule or None
+        :func:`nblstm.schedule.schedule` of ``lengths``, the mask and the direction.
+    with_grad : bool
+        Keep what :func:`checked_backward` needs in ``ctx``.
+    """
+    c0, h0 = (None, None) if state is None else state
+    return cell._launch(info, inputs, c0, h0, lengths, order, with_grad)
+
+
+def checked_backward(cell, ctx, d_outputs, d_state):
+    """The gradients of a :func:`checked_forward`: ``(d_inputs, d_initial_state, d_weights)``.
+
+    ``d_outputs [T, B, P]`` and ``d_state`` ``(d_c [B, H], d_h [B, P])`` (each
+    part, or all of it, ``None`` for zeros) checked by the caller.
+    """
+    d_c, d_h = (None, None) if d_state is None else d_state
+    return cell._launch_backward(ctx, d_outputs, d_c, d_h)

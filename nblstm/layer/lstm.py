@@ -15,8 +15,10 @@ import numpy as np
 from .. import _validate as v
 from .. import arrays
 from ..cell import LSTMCell
+from ..cell.cell import checked_backward, checked_forward
 from ..cell.weights import checked_weights, weight_shapes
 from ..interchange import accepts_any_array
+from ..schedule import schedule
 
 __all__ = ["LSTM"]
 
@@ -565,18 +567,19 @@ class LSTM:
                            [("hx[0] (h)", pair[0], 1, 3), ("hx[1] (c)", pair[1], 1, 3),
                             ("sequence_length", sequence_length, 0, 1)], mask)
         hx = self._check_hx(hx, batch, kind)
-        lengths = None
         if mask is not None:
             if sequence_length is not None:
                 raise ValueError("pass sequence_length or mask, not both")
             mask = v.check_mask(mask, steps, batch)
-        elif sequence_length is not None:
-            lengths = v.check_lengths(sequence_length, steps, batch)
+        # Checked once here for every cell, and one schedule per direction for all the layers.
+        lengths = v.check_lengths(sequence_length if mask is None else None, steps, batch)
+        orders = {}
         drop = training and self.dropout > 0 and self.num_layers > 1
         layer_in = x
         finals, saved = [], []
         for layer in range(self.num_layers):
             outs = []
+            in_info = v.describe_array("input", layer_in)
             for d in range(self.num_directions):
                 k = layer * self.num_directions + d
                 cell = self.cells[k]
@@ -584,13 +587,13 @@ class LSTM:
                 if hx is not None:
                     state = (hx[1][k] if hx[1] is not None else None, hx[0][k] if hx[0] is not None else None)
                     state = self._state_for(cell, state, batch, kind)
+                backwards = bool(d) or self.reverse
+                if backwards not in orders:
+                    orders[backwards] = schedule(steps, batch, lengths, mask, backwards, self.zero_output_for_mask)
+                out, final, cell_ctx = checked_forward(cell, in_info, layer_in, state, lengths, orders[backwards],
+                                                       with_grad)
                 if with_grad:
-                    (out, final), back = cell.vjp(layer_in, state, lengths, mask=mask, reverse=bool(d) or self.reverse,
-                                                  zero_output_for_mask=self.zero_output_for_mask)
-                    saved.append(back)
-                else:
-                    out, final = cell.run(layer_in, state, lengths, mask=mask, reverse=bool(d) or self.reverse,
-                                          zero_output_for_mask=self.zero_output_for_mask)
+                    saved.append(cell_ctx)
                 outs.append(out)
                 finals.append(final)
             layer_out = arrays.concat_columns(outs, kind)
@@ -644,7 +647,7 @@ class LSTM:
                 d_state = None
                 if d_hx is not None:
                     d_state = (None if d_hx[1] is None else d_hx[1][k], None if d_hx[0] is None else d_hx[0][k])
-                d_x, (dc0, dh0), dw = block[d](d_out, d_state)
+                d_x, (dc0, dh0), dw = checked_backward(self.cells[k], block[d], d_out, d_state)
                 d_in = arrays.add(d_in, d_x, kind)
                 d_c0[k], d_h0[k] = dc0, dh0
                 for name, g in dw.items():
