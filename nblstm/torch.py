@@ -30,24 +30,13 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('nblstm.torch needs PyTorch (pip install torch, or the torch extra)') from exc
 
+from .convert import icfo_to_ifco, ifco_to_icfo
 from .layer import lstm as _layer
 
 __all__ = ["LSTM"]
 
 # The parameters' dtypes the kernels compute in, and the layer's dtype for each.
 _DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
-
-# PyTorch's gate blocks i, f, g, o -> nblstm's (TF1 LSTMCell) i, j (= g), f, o.
-_TO_ICFO = (0, 2, 1, 3)
-
-
-def _icfo(a, units):
-    """Rows (gate blocks of ``units``) of a PyTorch ``[4H, ...]`` array in nblstm's order (NumPy: no OpenMP threads)."""
-    return np.concatenate([a[k * units:(k + 1) * units] for k in _TO_ICFO])
-
-
-_ifgo = _icfo  # the permutation is its own inverse
-
 
 def _host(t):
     """A tensor as an array the kernels read: a NumPy view of a CPU tensor, the tensor itself on a GPU."""
@@ -197,14 +186,13 @@ class LSTM(torch.nn.Module):
         spinning after it takes cores from the kernels that follow.
         """
         self._follow(params[0].dtype)
-        units = self.hidden_size
         cells, k = [], 0
         for _suffix, names in self._names:
             p = {n: _numpy(t) for n, t in zip(names, params[k:k + len(names)], strict=True)}
             k += len(names)
-            w = {"kernel": _icfo(np.concatenate([p["weight_ih"], p["weight_hh"]], 1), units).T}
+            w = {"kernel": ifco_to_icfo(np.concatenate([p["weight_ih"], p["weight_hh"]], 1), axis=0).T}
             if self.bias:
-                w["bias"] = _icfo(p["bias_ih"] + p["bias_hh"], units)
+                w["bias"] = ifco_to_icfo(p["bias_ih"] + p["bias_hh"], axis=0)
             if self.use_peepholes:
                 w.update(w_i_diag=p["weight_ci"], w_f_diag=p["weight_cf"], w_o_diag=p["weight_co"])
             if self.proj_size:
@@ -228,15 +216,14 @@ class LSTM(torch.nn.Module):
 
     def _parameter_grads(self, d_weights, like):
         """Gradients of the parameters, in :meth:`_ordered`'s order, from the layer's ``d_weights``."""
-        units = self.hidden_size
         grads = []
         for suffix, names in self._names:
             prefix = suffix[1:] + "/"  # "_l0_reverse" -> the layer's "l0_reverse/"
-            kernel = _ifgo(d_weights[prefix + "kernel"].T, units)  # [4H, I + P], PyTorch's rows
+            kernel = icfo_to_ifco(d_weights[prefix + "kernel"].T, axis=0)  # [4H, I + P], PyTorch's rows
             inputs = getattr(self, "weight_ih" + suffix).shape[1]
             found = {"weight_ih": kernel[:, :inputs], "weight_hh": kernel[:, inputs:]}
             if self.bias:
-                b = _ifgo(d_weights[prefix + "bias"], units)
+                b = icfo_to_ifco(d_weights[prefix + "bias"], axis=0)
                 found.update(bias_ih=b, bias_hh=b.copy())
             if self.use_peepholes:
                 found.update(weight_ci=d_weights[prefix + "w_i_diag"], weight_cf=d_weights[prefix + "w_f_diag"],
