@@ -13,7 +13,7 @@ import numpy as np
 
 from ._validate import to_device
 
-__all__ = ["add", "columns", "concat_columns", "multiply", "stack", "swap01", "to_kind"]
+__all__ = ["add", "columns", "concat_columns", "flip0", "multiply", "stack", "swap01", "to_kind"]
 
 _THREADS = 256
 _MAX_BLOCKS = 1024
@@ -46,6 +46,18 @@ def swap01(a, kind):
     if not src.is_c_contiguous():
         raise ValueError("GPU inputs of a batch-first layer must be C-contiguous")
     out = _empty((a.shape[1], a.shape[0], a.shape[2]), src.dtype)
+    _launch(kernel, out.size, src, out)
+    return out
+
+
+def flip0(a, kind):
+    """``a: [T, B, N]`` with its steps in the other order (``a[::-1]``), a copy."""
+    if kind == "host":
+        return np.ascontiguousarray(a[::-1])
+    from .cuda.layer_kernels import flip0 as kernel
+
+    src = _device(a)
+    out = _empty(a.shape, src.dtype)
     _launch(kernel, out.size, src, out)
     return out
 

@@ -31,6 +31,7 @@ import numpy as np
 __all__ = [
     "icfo_to_ifco",
     "ifco_to_icfo",
+    "keras_cudnn_to_keras",
     "block_lstm_v1_to_v2",
     "block_lstm_v2_to_v1",
     "lstmcell_to_block_lstm",
@@ -651,6 +652,56 @@ def cudnn_to_block_lstm_v2(weights, biases):
     w = np.concatenate([np.concatenate([m.T for m in ws[:4]], axis=1), np.concatenate([m.T for m in ws[4:]], axis=1)])
     b = np.concatenate([bs[k] + bs[k + 4] for k in range(4)])
     return w, b
+
+
+def keras_cudnn_to_keras(kernel, recurrent_kernel, bias):
+    """The variables of Keras 2's ``CuDNNLSTM`` as those of a Keras ``LSTM`` computing the same.
+
+    ``CuDNNLSTM`` hands each gate's block of its variables to cuDNN as raw
+    memory: the ``[I, H]`` block of ``kernel`` is read as cuDNN's row-major
+    ``[H, I]`` matrix (a reinterpretation, not a transpose), the ``[H, H]``
+    block of ``recurrent_kernel`` as ``[H, H]`` (a transpose, in effect), and
+    ``bias`` holds the input biases of the four gates then the recurrent
+    ones. Gates ``i, f, c, o`` as in Keras.
+
+    Parameters
+    ----------
+    kernel : [I, 4H] array
+    recurrent_kernel : [H, 4H] array
+    bias : [8H] array
+
+    Returns
+    -------
+    tuple
+        ``(kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H])`` of a Keras
+        ``LSTM``; the bias is the sum of the two halves.
+
+    Examples
+    --------
+    >>> kernel = np.arange(24.0).reshape(3, 8)                     # I = 3, H = 2
+    >>> k, r, b = keras_cudnn_to_keras(kernel, np.zeros((2, 8)), np.arange(16.0))
+    >>> k[:, :2]                             # gate i's block [0, 1, 8, 9, 16, 17] read as [H, I], transposed
+    array([[ 0.,  9.],
+           [ 1., 16.],
+           [ 8., 17.]])
+    >>> b
+    array([ 8., 10., 12., 14., 16., 18., 20., 22.])
+    """
+    kernel = _array(kernel, "kernel")
+    recurrent_kernel = _array(recurrent_kernel, "recurrent_kernel")
+    bias = _array(bias, "bias")
+    units = recurrent_kernel.shape[0] if recurrent_kernel.ndim == 2 else 0
+    inputs = kernel.shape[0] if kernel.ndim == 2 else 0
+    if kernel.shape != (inputs, 4 * units) or recurrent_kernel.shape != (units, 4 * units) \
+            or bias.shape != (8 * units,) or not units:
+        raise ValueError(f"CuDNNLSTM's variables are kernel [I, 4H], recurrent_kernel [H, 4H] and bias [8H]; got "
+                         f"{kernel.shape}, {recurrent_kernel.shape} and {bias.shape}")
+    gates = range(4)
+    w = [np.ascontiguousarray(kernel[:, g * units:(g + 1) * units]).reshape(units, inputs) for g in gates]
+    r = [recurrent_kernel[:, g * units:(g + 1) * units] for g in gates]
+    k = np.concatenate([m.T for m in w], axis=1)
+    rk = np.concatenate([m.T for m in r], axis=1)
+    return k, rk, bias[:4 * units] + bias[4 * units:]
 
 
 # ONNX's gate blocks are [i|o|f|c]; ICFO takes blocks 0, 3, 2, 1 of them (the permutation is its own inverse).

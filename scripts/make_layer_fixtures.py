@@ -4,9 +4,9 @@ Each part needs its own framework; the tests that read the fixtures need
 none of them::
 
     python scripts/make_layer_fixtures.py --only torch,onnx,onnx_constants   # with torch, onnx and onnxruntime
-    python scripts/make_layer_fixtures.py --only tf1,keras    # with tensorflow-cpu 2.21 and keras 3
+    python scripts/make_layer_fixtures.py --only tf1,keras,keras_options  # tensorflow-cpu 2.21, keras 3, tf_keras
 
-Five files are written (``tests/fixtures/README.md`` documents every key):
+Six files are written (``tests/fixtures/README.md`` documents every key):
 
 ``torch_layers.npz``
     ``torch.nn.LSTM`` stacked, bidirectional, batch-first and projected, with
@@ -19,6 +19,10 @@ Five files are written (``tests/fixtures/README.md`` documents every key):
 ``keras_layers.npz``
     Keras 3 ``LSTM`` and ``Bidirectional(LSTM)`` layers and a stacked model,
     serialized, with masks of every kind and ``tf.GradientTape`` gradients.
+``keras_options.npz``
+    Keras 3 layers with ``zero_output_for_mask`` and ``go_backwards`` (masked,
+    ``return_sequences`` both ways), and Keras 2's ``CuDNNLSTM`` (tf_keras),
+    run as the ``LSTM`` that tf_keras's own converter makes of its weights.
 ``onnx_lstm.npz``
     ONNX ``LSTM`` nodes run by onnxruntime: forward, reverse, bidirectional,
     batch-major, stacked, the attributes nblstm refuses, and a PyTorch export.
@@ -586,6 +590,100 @@ def make_keras(out_dir, seed):
 
 
 # --------------------------------------------------------------------------
+# Keras options the readers must honour: zero_output_for_mask, go_backwards, Keras 2's CuDNNLSTM
+# --------------------------------------------------------------------------
+
+
+def _keras_options_case(tf, name, layer, x, mask, rng, returns_state=True):
+    """Run ``layer`` (built, weights set) on ``x`` with ``mask``; outputs and tf.GradientTape gradients.
+
+    The loss is ``sum(output * R)`` (plus ``sum(h * Rh) + sum(c * Rc)`` with ``returns_state``).
+    """
+    xv = tf.Variable(x)
+    kwargs = {} if mask is None else {"mask": tf.constant(mask)}
+    returned = layer(xv, **kwargs)
+    returned = list(returned) if isinstance(returned, (list, tuple)) else [returned]
+    names = ["output", "h", "c"][:len(returned)]
+    Rs = [_normal(rng, r.shape, x.dtype) for r in returned]
+    with tf.GradientTape() as tape:
+        again = layer(xv, **kwargs)
+        again = list(again) if isinstance(again, (list, tuple)) else [again]
+        loss = sum(tf.reduce_sum(r * c) for r, c in zip(again, Rs, strict=True))
+    grads = tape.gradient(loss, [xv, *layer.trainable_weights])
+    arrays = {"x": x, "grad/x": np.asarray(grads[0])}
+    if mask is not None:
+        arrays["mask"] = mask
+    for n, r, R in zip(names, returned, Rs, strict=True):
+        arrays[n] = np.asarray(r)
+        arrays["R/" + n] = R
+    for k, (w, g) in enumerate(zip(layer.get_weights(), grads[1:], strict=True)):
+        arrays[f"weights/{k}"] = w
+        arrays[f"grad/weights/{k}"] = np.asarray(g)
+    return {f"{name}/{k}": v for k, v in arrays.items()}, names
+
+
+def make_keras_options(out_dir, seed):
+    """Write ``keras_options.npz``: Keras 3 layers with zero_output_for_mask and go_backwards, tf_keras's CuDNNLSTM."""
+    import keras
+    import tensorflow as tf
+    import tf_keras
+    from tf_keras.src.layers.rnn.cudnn_lstm import CuDNNLSTM
+    from tf_keras.src.saving.legacy import hdf5_format
+
+    keras.utils.set_random_seed(seed)
+    rngs = _seeds(seed, 70, 8)
+    arrays, cases = {}, []
+    B, T, I = 4, 6, 3
+    mask = np.asarray(MASK_ARBITRARY, dtype=bool)
+    prepad = np.asarray([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1], [0, 1, 1, 1, 1, 1]], dtype=bool)
+    keras3 = [
+        ("zero_output", dict(units=4, return_sequences=True, return_state=True, zero_output_for_mask=True), mask),
+        ("backwards_last", dict(units=4, go_backwards=True, return_sequences=False, return_state=True), prepad),
+        ("backwards_sequences", dict(units=4, go_backwards=True, return_sequences=True, return_state=True), mask),
+        ("backwards_unmasked", dict(units=4, go_backwards=True, return_sequences=True), None),
+    ]
+    for (name, kwargs, m), rng in zip(keras3, rngs, strict=False):
+        layer = keras.layers.LSTM(**kwargs, name="lstm_" + name)
+        x = _normal(rng, (B, T, I), np.float32)
+        layer.build((None, T, I))
+        layer.set_weights([_weight(rng, w.shape, np.float32) for w in layer.get_weights()])
+        case_arrays, names = _keras_options_case(tf, name, layer, x, m, rng)
+        arrays.update(case_arrays)
+        cases.append({"name": name, "framework": "keras", "constructor": kwargs, "returned": names,
+                      "serialized": keras.saving.serialize_keras_object(layer), "masked": m is not None,
+                      "weights": len(layer.get_weights())})
+        print(f"  keras options {name}: returned {names}")
+    # Keras 2's CuDNNLSTM (tf_keras): built on the CPU; what it computes is the LSTM that tf_keras's own
+    # converter (the one that loads CuDNNLSTM weights from an HDF5 file into an LSTM) makes of its weights.
+    for name, bidirectional, rng in (("cudnn", False, rngs[5]), ("cudnn_bidirectional", True, rngs[6])):
+        cudnn = CuDNNLSTM(3, return_sequences=True, return_state=not bidirectional, name="cudnn_lstm")
+        plain = tf_keras.layers.LSTM(3, return_sequences=True, return_state=not bidirectional, name="lstm")
+        if bidirectional:
+            cudnn = tf_keras.layers.Bidirectional(cudnn, name="bidirectional_cudnn")
+            plain = tf_keras.layers.Bidirectional(plain, name="bidirectional_lstm")
+        cudnn.build((None, T, I))
+        plain.build((None, T, I))
+        weights = [_weight(rng, w.shape, np.float32) for w in cudnn.get_weights()]
+        cudnn.set_weights(weights)
+        plain.set_weights(hdf5_format.preprocess_weights_for_loading(plain, weights, original_keras_version="2"))
+        x = _normal(rng, (B, T, I), np.float32)
+        case_arrays, names = _keras_options_case(tf, name, plain, x, None, rng)
+        case_arrays = {k: v for k, v in case_arrays.items() if "/weights/" not in k}  # the LSTM's, not the source's
+        for k, w in enumerate(weights):
+            case_arrays[f"{name}/weights/{k}"] = w
+        arrays.update(case_arrays)
+        cases.append({"name": name, "framework": "tf_keras", "returned": names,
+                      "serialized": json.loads(json.dumps(tf_keras.layers.serialize(cudnn), default=list)),
+                      "masked": False, "weights": len(weights),
+                      "reference": "tf_keras LSTM with the weights converted by hdf5_format.preprocess_weights_for_"
+                                   "loading (outputs and gradients with respect to x)"})
+        print(f"  tf_keras {name}: weights {[w.shape for w in weights]}")
+    index = {"cases": cases, "versions": {**_versions(), "tf_keras": tf_keras.__version__}, "seed": seed,
+             "generator": GENERATOR, "backend": keras.backend.backend()}
+    _save(out_dir / "keras_options.npz", arrays, index)
+
+
+# --------------------------------------------------------------------------
 # ONNX LSTM nodes run by onnxruntime
 # --------------------------------------------------------------------------
 
@@ -959,13 +1057,13 @@ def main(argv=None):
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="output folder (tests/fixtures)")
-    parser.add_argument("--only", default="torch,tf1,keras,onnx,onnx_constants",
-                        help="comma-separated subset of torch, tf1, keras, onnx, onnx_constants")
+    parser.add_argument("--only", default="torch,tf1,keras,keras_options,onnx,onnx_constants",
+                        help="comma-separated subset of torch, tf1, keras, keras_options, onnx, onnx_constants")
     parser.add_argument("--seed", type=int, default=20240611)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    makers = {"torch": make_torch, "tf1": make_tf1, "keras": make_keras, "onnx": make_onnx,
-              "onnx_constants": make_onnx_constants}
+    makers = {"torch": make_torch, "tf1": make_tf1, "keras": make_keras, "keras_options": make_keras_options,
+              "onnx": make_onnx, "onnx_constants": make_onnx_constants}
     for part in args.only.split(","):
         makers[part.strip()](args.out, args.seed)
 

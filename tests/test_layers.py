@@ -552,6 +552,93 @@ def test_keras_go_backwards_is_a_reversed_cell_read_in_processing_order():
     np.testing.assert_array_equal(final2.c, final.c)
 
 
+# Keras options that from_keras reads (keras_options.npz): zero_output_for_mask, go_backwards, Keras 2's CuDNNLSTM.
+
+
+def keras_serialized(case, arrays):
+    return {**case["serialized"], "weights": [arrays[f"weights/{k}"] for k in range(case["weights"])]}
+
+
+@pytest.mark.parametrize("case_name", [n for n in case_names("keras_options.npz") if n != "missing"])
+def test_keras_options_from_keras(case_name):
+    """from_keras of each layer against Keras: outputs, final states, and every gradient Keras stored."""
+    case, arrays = case_of("keras_options.npz", case_name)
+    dtype = np.float32
+    config = case["serialized"]["config"]
+    lstm = nblstm.LSTM.from_keras(keras_serialized(case, arrays))
+    inner = config["layer"]["config"] if "layer" in config else config
+    assert lstm.go_backwards == bool(inner.get("go_backwards"))
+    assert lstm.zero_output_for_mask == bool(inner.get("zero_output_for_mask") or "layer" in config)
+    mask = arrays.get("mask")
+    (output, (h_n, c_n)), backward = lstm.vjp(arrays["x"], mask=mask)
+    sequences = inner.get("return_sequences", False) or "layer" in config
+    close(output if sequences else h_n[0], arrays["output"], dtype, "output")
+    if "h" in arrays:
+        close(h_n[0], arrays["h"], dtype, "h")
+        close(c_n[0], arrays["c"], dtype, "c")
+    d_hx = None
+    if "h" in arrays or not sequences:  # one direction: h_n is Keras's h, and its last output without sequences
+        d_h = arrays.get("R/h", 0) + (0 if sequences else arrays["R/output"])
+        d_hx = (np.broadcast_to(d_h, h_n.shape).astype(dtype), arrays.get("R/c", np.zeros_like(c_n[0]))[None])
+    d_x, _, d_w = backward(arrays["R/output"] if sequences else None, d_hx)
+    close(d_x, arrays["grad/x"], dtype, "grad/x", grad=True)
+    if case["framework"] == "keras":  # tf_keras's gradients are the converted LSTM's weights', not the source's
+        grads = keras_grads({n[3:]: g for n, g in d_w.items()}, lstm.input_size)
+        for k, g in enumerate(grads):
+            close(np.ascontiguousarray(g), arrays[f"grad/weights/{k}"], dtype, f"grad/weights/{k}", grad=True)
+    if mask is None or not lstm.go_backwards:
+        return
+    # go_backwards: the mask of the steps before each length is the same as those lengths.
+    lengths = np.array([6, 4, 0, 2])
+    steps = arrays["x"].shape[1]
+    by_mask = lstm(arrays["x"], mask=np.arange(steps)[None, :] < lengths[:, None])
+    by_lengths = lstm(arrays["x"], sequence_length=lengths)
+    for a, b in zip((by_mask[0], *by_mask[1]), (by_lengths[0], *by_lengths[1]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_keras_options_refused_where_they_cannot_be_honoured():
+    case, arrays = case_of("keras_options.npz", "backwards_sequences")
+    serialized = keras_serialized(case, arrays)
+    with pytest.raises(ValueError, match="go_backwards=True, which an LSTMCell takes per call"):
+        LSTMCell.from_keras(serialized)
+    weights_only = LSTMCell.from_keras(serialized["weights"])  # the weights alone, the option the caller's
+    out, _ = weights_only.run(arrays["x"], mask=arrays["mask"], reverse=True, time_major=False)
+    close(out[:, ::-1], arrays["output"], np.float32, "cell output, processing order")
+    zero, zero_arrays = case_of("keras_options.npz", "zero_output")
+    with pytest.raises(ValueError, match="zero_output_for_mask=True, which an LSTMCell takes per call"):
+        LSTMCell.from_keras(keras_serialized(zero, zero_arrays))
+    # One nblstm.LSTM of several layers cannot reverse the sequence between them: read them one by one.
+    above = {**serialized, "config": {**serialized["config"], "go_backwards": False, "return_sequences": True}}
+    over = {**serialized, "weights": [np.zeros((4, 16), np.float32), *serialized["weights"][1:]]}
+    with pytest.raises(ValueError, match="layer 0 has go_backwards=True.*stack_from_keras"):
+        nblstm.LSTM.from_keras([serialized, over])
+    with pytest.raises(ValueError, match="a layer above the first has go_backwards=True"):
+        nblstm.LSTM.from_keras([above, over])
+    first, second = nblstm.LSTM.stack_from_keras([above, over])
+    assert not first.go_backwards and second.go_backwards
+    with pytest.raises(ValueError, match="go_backwards=True"):
+        nblstm.LSTM(3, 4, num_layers=2, go_backwards=True)
+    with pytest.raises(ValueError, match="no equivalent of go_backwards=True"):
+        nblstm.LSTM.from_keras(serialized).to_torch(state_dict=True)
+    mixed = {**serialized, "config": {**serialized["config"], "dtype": {"class_name": "DTypePolicy",
+                                                                         "config": {"name": "mixed_float16"}}}}
+    with pytest.raises(ValueError, match="dtype policy 'mixed_float16'"):
+        nblstm.LSTM.from_keras(mixed)
+
+
+def test_keras_cudnn_lstm_cell_and_converter():
+    """CuDNNLSTM's variables through LSTMCell.from_keras, and the converter against tf_keras's own."""
+    case, arrays = case_of("keras_options.npz", "cudnn")
+    serialized = keras_serialized(case, arrays)
+    cell = LSTMCell.from_keras(serialized)
+    out, final = cell.run(arrays["x"], time_major=False)
+    close(out, arrays["output"], np.float32, "output")
+    close(final.c, arrays["c"], np.float32, "c")
+    with pytest.raises(ValueError, match="CuDNNLSTM's variables are kernel"):
+        nblstm.convert.keras_cudnn_to_keras(*serialized["weights"][:2], serialized["weights"][2][:12])
+
+
 def test_keras_stack_bidirectional_then_lstm():
     index, cases = fixture("keras_layers.npz")
     meta, arrays = index["stack"], cases["stack"]

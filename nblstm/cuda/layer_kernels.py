@@ -1,4 +1,4 @@
-"""Kernels of the layers' glue on the GPU: batch-major to time-major, the directions' columns, sums and products.
+"""Kernels of the layers' glue on the GPU: layouts, step order, the directions' columns, sums and products.
 
 Grid-stride loops over the elements of their ``[N0, N1, N2]`` C-contiguous
 output, each element written by one thread (:mod:`nblstm.arrays`
@@ -9,7 +9,7 @@ from numba import cuda
 
 from .registry import A3, I64, kernel
 
-__all__ = ["add3", "mul3", "place_columns", "swap01", "take_columns"]
+__all__ = ["add3", "flip0", "mul3", "place_columns", "swap01", "take_columns"]
 
 
 @kernel("cell")
@@ -20,6 +20,16 @@ def swap01(src: A3, dst: A3):
         i = k // (n1 * n2)
         r = k % (n1 * n2)
         dst[i, r // n2, r % n2] = src[r // n2, i, r % n2]
+
+
+@kernel("cell")
+def flip0(src: A3, dst: A3):
+    """``dst[t] = src[N0 - 1 - t]``: steps in processing order (Keras's ``go_backwards``) and back."""
+    n0, n1, n2 = dst.shape
+    for k in range(cuda.grid(1), n0 * n1 * n2, cuda.gridsize(1)):
+        i = k // (n1 * n2)
+        r = k % (n1 * n2)
+        dst[i, r // n2, r % n2] = src[n0 - 1 - i, r // n2, r % n2]
 
 
 @kernel("cell")

@@ -58,6 +58,13 @@ class LSTM:
     reverse : bool, default False
         Without ``bidirectional``: the one direction runs backwards (an ONNX
         ``direction="reverse"`` node); its outputs stay in time order.
+    go_backwards : bool, default False
+        Keras's ``go_backwards`` (one layer, one direction): the sequence is
+        read last step first, as ``reverse=True`` does, and the outputs come in
+        that processing order: ``output[:, k]`` (batch-first) is the output
+        after the step ``T - 1 - k``. A mask applies to the steps it was given
+        for; ``sequence_length`` stands for the mask of the steps before each
+        length (Keras reverses the padded sequence: the padding comes first).
     dtype : float16, float32 or float64, default float32
     seed : int, optional
         Seeds the initial weights (PyTorch's: uniform in ``±1 / sqrt(H)``) and the dropout masks.
@@ -86,7 +93,7 @@ class LSTM:
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, *, use_peepholes=False, cell_clip=None, proj_clip=None,
                  forget_bias=0.0, activation="tanh", recurrent_activation="sigmoid", zero_output_for_mask=False,
-                 reverse=False, dtype=np.float32, seed=None, precision="exact"):
+                 reverse=False, go_backwards=False, dtype=np.float32, seed=None, precision="exact"):
         self.input_size = v.check_positive_int("input_size", input_size)
         self.hidden_size = v.check_positive_int("hidden_size", hidden_size)
         self.num_layers = v.check_positive_int("num_layers", num_layers)
@@ -110,6 +117,11 @@ class LSTM:
         self.reverse = v.check_bool("reverse", reverse)
         if self.reverse and bidirectional:
             raise ValueError("reverse=True is for one direction; a bidirectional layer already has a reverse one")
+        self.go_backwards = v.check_bool("go_backwards", go_backwards)
+        if self.go_backwards and (bidirectional or self.reverse or self.num_layers > 1):
+            raise ValueError(f"go_backwards=True is Keras's option of one layer run backwards: it needs num_layers=1 "
+                             f"and one direction (got num_layers={num_layers}, bidirectional={bidirectional}, "
+                             f"reverse={reverse}); stack such layers as separate nblstm.LSTM layers")
         self.rng = np.random.default_rng(seed)
         self.num_directions = 2 if self.bidirectional else 1
         depth = self.proj_size or self.hidden_size
@@ -328,8 +340,9 @@ class LSTM:
         from ..porting import torch as porting_torch
 
         state_dict = v.check_bool("state_dict", state_dict)
-        if self.reverse:
-            raise ValueError("PyTorch nn.LSTM has no equivalent of reverse=True (one direction run backwards)")
+        if self.reverse or self.go_backwards:
+            option = "reverse" if self.reverse else "go_backwards"
+            raise ValueError(f"PyTorch nn.LSTM has no equivalent of {option}=True (one direction run backwards)")
         arrays = porting_torch.write(self._config(), [cell.get_weights() for cell in self.cells])
         if state_dict:
             return arrays
@@ -350,10 +363,14 @@ class LSTM:
 
         Keras is batch-major (``batch_first=True``) and has no forget bias
         (``forget_bias=0``); the activations and gate function
-        (``"hard_sigmoid"`` too) are read from the layers' configuration, and
-        a ``Bidirectional`` layer's masked outputs are zero
-        (``zero_output_for_mask=True``, as Keras sets it). Unsupported
-        configurations are refused (:func:`nblstm.porting.keras.read`).
+        (``"hard_sigmoid"`` too) are read from the layers' configuration, as
+        are ``zero_output_for_mask`` (a ``Bidirectional`` sets it to
+        ``return_sequences``, as Keras does) and a single layer's
+        ``go_backwards`` (outputs in processing order). Keras 2's
+        ``CuDNNLSTM`` reads as the ``LSTM`` it is. What the layer cannot
+        honour is refused (:func:`nblstm.porting.keras.read`). With
+        ``return_sequences=False`` Keras returns the last output: the
+        layer's ``h_n``.
 
         Parameters
         ----------
@@ -365,7 +382,6 @@ class LSTM:
         from ..porting import keras
 
         config, cells = keras.read(layer_or_model)
-        config.setdefault("zero_output_for_mask", bool(config["bidirectional"]))
         return cls._from(config, cells, options)
 
     @classmethod
@@ -373,8 +389,8 @@ class LSTM:
         """One layer per recurrent layer of a Keras stack whose layers differ (units, directions, activations).
 
         A stack of equal layers is one :meth:`from_keras` layer; a stack
-        such as ``Bidirectional(LSTM(64)) -> LSTM(32)`` is a list, run in
-        order with the same mask or lengths:
+        such as ``Bidirectional(LSTM(64)) -> LSTM(32)``, or one with a
+        ``go_backwards`` layer, is a list, run in order with the same mask or lengths:
         ``for layer in layers: x, state = layer(x, mask=mask)``.
 
         Returns
@@ -385,7 +401,6 @@ class LSTM:
 
         layers = []
         for config, cells in keras.read_layers(model):
-            config.setdefault("zero_output_for_mask", bool(config["bidirectional"]))
             layers.append(cls._from(config, cells, options))
         return layers
 
@@ -431,7 +446,7 @@ class LSTM:
         (True, 'float32', True)
         """
         return {**self._config(), "zero_output_for_mask": self.zero_output_for_mask, "reverse": self.reverse,
-                "seed": self.seed}
+                "go_backwards": self.go_backwards, "seed": self.seed}
 
     def _config(self):
         return {"input_size": self.input_size, "hidden_size": self.hidden_size, "num_layers": self.num_layers,
@@ -587,7 +602,7 @@ class LSTM:
                 if hx is not None:
                     state = (hx[1][k] if hx[1] is not None else None, hx[0][k] if hx[0] is not None else None)
                     state = self._state_for(cell, state, batch, kind)
-                backwards = bool(d) or self.reverse
+                backwards = bool(d) or self.reverse or self.go_backwards
                 if backwards not in orders:
                     orders[backwards] = schedule(steps, batch, lengths, mask, backwards, self.zero_output_for_mask)
                 out, final, cell_ctx = checked_forward(cell, in_info, layer_in, state, lengths, orders[backwards],
@@ -603,6 +618,8 @@ class LSTM:
                 layer_out = arrays.multiply(layer_out, keep, kind)
             saved.append(keep)
             layer_in = layer_out
+        if self.go_backwards:  # the outputs in processing order, as Keras returns them
+            layer_in = arrays.flip0(layer_in, kind)
         output = arrays.swap01(layer_in, kind) if self.batch_first else layer_in
         h_n = arrays.stack([f.h for f in finals], kind)
         c_n = arrays.stack([f.c for f in finals], kind)
@@ -631,6 +648,8 @@ class LSTM:
             shape = (batch, steps, self.output_size) if self.batch_first else (steps, batch, self.output_size)
             v.check_shape(info, shape, "like output")
             d_output = arrays.swap01(d_output, kind) if self.batch_first else d_output
+            if self.go_backwards:
+                d_output = arrays.flip0(d_output, kind)
         d_hx = self._check_hx(d_hx, batch, kind, "d_hx") if d_hx is not None else None
         per_layer = 1 + self.num_directions
         d_h0, d_c0, d_w = [None] * len(self.cells), [None] * len(self.cells), {}
@@ -661,7 +680,8 @@ class LSTM:
     def __repr__(self):
         extras = [f"num_layers={self.num_layers}"] if self.num_layers != 1 else []
         for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False),
-                              ("proj_size", 0), ("reverse", False), ("zero_output_for_mask", False)):
+                              ("proj_size", 0), ("reverse", False), ("go_backwards", False),
+                              ("zero_output_for_mask", False)):
             if getattr(self, name) != default:
                 extras.append(f"{name}={getattr(self, name)!r}")
         return f"LSTM({', '.join([str(self.input_size), str(self.hidden_size), *extras])})"

@@ -38,7 +38,8 @@ from ._common import (
 
 __all__ = ["read", "read_cell", "read_layers", "write"]
 
-_RNN_LAYERS = ("GRU", "SimpleRNN", "RNN", "CuDNNLSTM", "CuDNNGRU", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D")
+_LSTM_LAYERS = ("LSTM", "CuDNNLSTM")  # Keras 2's CuDNNLSTM: an LSTM whose variables cuDNN reads in its own way
+_RNN_LAYERS = ("GRU", "SimpleRNN", "RNN", "CuDNNGRU", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D")
 # Layers that may sit between two recurrent layers of a model: the identity at inference.
 _PASS_THROUGH = ("Dropout", "SpatialDropout1D", "GaussianDropout", "GaussianNoise", "AlphaDropout",
                  "ActivityRegularization")
@@ -93,7 +94,7 @@ def _recurrent(entries, what):
         kind = entry["class_name"]
         if kind in _SKIP:
             continue
-        if kind in ("LSTM", "Bidirectional", *_RNN_LAYERS):
+        if kind in (*_LSTM_LAYERS, "Bidirectional", *_RNN_LAYERS):
             if gap is not None:
                 raise ValueError(f"{what} has a {gap['class_name']} layer ({gap['where']}) between its recurrent "
                                  "layers; nblstm stacks LSTM layers that follow each other")
@@ -115,7 +116,7 @@ def _entries(obj):
             raise ValueError("layer_or_model is an empty list")
         return _recurrent([_entry(item, f"layer_or_model[{k}]") for k, item in enumerate(obj)], "layer_or_model")
     name = type(obj).__name__
-    if not isinstance(obj, Mapping) and name not in ("LSTM", "Bidirectional", *_RNN_LAYERS) \
+    if not isinstance(obj, Mapping) and name not in (*_LSTM_LAYERS, "Bidirectional", *_RNN_LAYERS) \
             and hasattr(obj, "layers"):
         entries = [_entry(layer, f"layer_or_model.layers[{k}]") for k, layer in enumerate(obj.layers)]
         return _recurrent(entries, f"layer_or_model ({name})")
@@ -158,11 +159,32 @@ def _activation(value, what, where):
         raise ValueError(f"{where}: {e}") from None
 
 
-def _lstm(entry, config, weights, where, standalone):
-    """One Keras LSTM: its options and its cell weights (ICFO, ``forget_bias=0``)."""
+def _dtype_policy(value, where):
+    """Refuse a mixed-precision policy: Keras computes such a layer in float16 from float32 weights."""
+    if isinstance(value, Mapping):
+        value = (value.get("config") or {}).get("name") if isinstance(value.get("config"), Mapping) else None
+    if isinstance(value, str) and value.startswith("mixed_"):
+        raise ValueError(f"{where} has the dtype policy {value!r}: Keras computes it in "
+                         f"{value.split('_', 1)[1]} from float32 weights, which nblstm does not reproduce; convert "
+                         "a copy of the model built with a float32 policy")
+
+
+def _lstm(entry, config, weights, where):
+    """One Keras LSTM (or CuDNNLSTM): its options and its cell weights (ICFO, ``forget_bias=0``).
+
+    Every option of the layer's configuration is read: those that change its
+    results are honoured or refused; the rest only matter in training or for
+    the initial weights (initializers, regularizers, constraints,
+    ``dropout``, ``recurrent_dropout``, ``unit_forget_bias``, ``seed``,
+    ``trainable``) or choose among implementations of the same maths
+    (``unroll``, ``implementation``, ``use_cudnn``), or what the call
+    returns (``return_state``).
+    """
     class_name = config.get("__class_name__", "LSTM")
-    if class_name != "LSTM":
+    if class_name not in _LSTM_LAYERS:
         raise ValueError(f"from_keras got a {class_name} layer ({where}); nblstm converts LSTM layers only")
+    cudnn = class_name == "CuDNNLSTM"
+    _dtype_policy(config.get("dtype"), where)
     major = entry["keras_major"]
     if major is None and "time_major" in config:  # Keras 2 writes time_major, Keras 3 has none
         major = 2
@@ -171,9 +193,6 @@ def _lstm(entry, config, weights, where, standalone):
                          "build the layer with time_major=False")
     if config.get("stateful"):
         raise ValueError(f"{where} has stateful=True; nblstm keeps no state between calls: pass the state as hx")
-    if config.get("go_backwards") and standalone:
-        raise ValueError(f"{where} has go_backwards=True: a standalone layer that runs backwards returns its outputs "
-                         "reversed; wrap it in Bidirectional or reverse the input")
     activation = _activation(config.get("activation", "tanh"), "activation", where)
     recurrent = config.get("recurrent_activation", "sigmoid")
     if isinstance(recurrent, Mapping):
@@ -186,7 +205,7 @@ def _lstm(entry, config, weights, where, standalone):
         raise ValueError(f"{where} has recurrent_activation='hard_sigmoid' from Keras {major} (0.2 * x + 0.5, "
                          "clipped); nblstm's is Keras 3's (x / 6 + 0.5, clipped)")
     units = config.get("units")
-    use_bias = bool(config.get("use_bias", True))
+    use_bias = bool(config.get("use_bias", True)) or cudnn
     count = 3 if use_bias else 2
     if not weights:
         raise ValueError(f"{where} has no weights yet: build the layer (or call it once) first")
@@ -196,6 +215,11 @@ def _lstm(entry, config, weights, where, standalone):
     kernel = as_array(weights[0], f"{where} kernel")
     recurrent_kernel = as_array(weights[1], f"{where} recurrent_kernel")
     bias = as_array(weights[2], f"{where} bias") if use_bias else None
+    if cudnn:
+        try:
+            kernel, recurrent_kernel, bias = convert.keras_cudnn_to_keras(kernel, recurrent_kernel, bias)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     if units is None:
         units = recurrent_kernel.shape[0] if recurrent_kernel.ndim == 2 else 0
     units = int(units)
@@ -208,7 +232,9 @@ def _lstm(entry, config, weights, where, standalone):
     cell = convert.keras_to_lstmcell(kernel, recurrent_kernel, bias, forget_bias=0.0)
     return {"units": units, "input_size": kernel.shape[0], "activation": activation, "recurrent_activation": recurrent,
             "use_bias": use_bias, "return_sequences": bool(config.get("return_sequences", False)),
-            "go_backwards": bool(config.get("go_backwards", False)), "cell": cell, "dtype": kernel.dtype}
+            "go_backwards": bool(config.get("go_backwards", False)),
+            "zero_output_for_mask": bool(config.get("zero_output_for_mask", False)), "cell": cell,
+            "dtype": kernel.dtype}
 
 
 def _inner(serialized, what, where):
@@ -222,16 +248,17 @@ def _layer(entry):
     """A layer entry as ``(directions, [options of each direction])``."""
     class_name, config, weights = entry["class_name"], entry["config"], entry["weights"]
     where = f"{entry['where']} ({config['name']!r})" if config.get("name") else entry["where"]
-    if class_name == "LSTM":
-        return 1, [_lstm(entry, {**config, "__class_name__": "LSTM"}, weights, where, standalone=True)]
+    if class_name in _LSTM_LAYERS:
+        return 1, [_lstm(entry, {**config, "__class_name__": class_name}, weights, where)]
     if class_name != "Bidirectional":
         raise ValueError(f"from_keras got a {class_name} layer ({where}); nblstm converts LSTM layers only")
     merge_mode = config.get("merge_mode", "concat")
     if merge_mode != "concat":
         raise ValueError(f"{where} has merge_mode={merge_mode!r}; nblstm concatenates the two directions "
                          "(merge_mode='concat')")
+    _dtype_policy(config.get("dtype"), where)
     forward = _inner(config.get("layer"), "layer", where)
-    if forward["__class_name__"] != "LSTM":
+    if forward["__class_name__"] not in _LSTM_LAYERS:
         raise ValueError(f"from_keras got a Bidirectional({forward['__class_name__']}) layer ({where}); nblstm "
                          "converts LSTM layers only")
     if forward.get("go_backwards"):
@@ -241,10 +268,13 @@ def _layer(entry):
         backward = _inner(config["backward_layer"], "backward_layer", where)
     else:
         backward = {**forward, "go_backwards": True}
-    n_forward = 3 if forward.get("use_bias", True) else 2
-    fw = _lstm(entry, forward, weights[:n_forward], f"{where} forward layer", standalone=False)
-    bw = _lstm(entry, backward, weights[n_forward:], f"{where} backward layer", standalone=False)
-    if weights and len(weights) != n_forward + (3 if backward.get("use_bias", True) else 2):
+    def count(layer):
+        return 3 if layer.get("use_bias", True) or layer["__class_name__"] == "CuDNNLSTM" else 2
+
+    n_forward = count(forward)
+    fw = _lstm(entry, forward, weights[:n_forward], f"{where} forward layer")
+    bw = _lstm(entry, backward, weights[n_forward:], f"{where} backward layer")
+    if weights and len(weights) != n_forward + count(backward):
         raise ValueError(f"{where} has {len(weights)} weights; expected the forward layer's then the backward's")
     if not bw["go_backwards"]:
         raise ValueError(f"{where}: its backward_layer has go_backwards=False; Keras runs it backwards")
@@ -261,8 +291,14 @@ def read(layer_or_model):
     Keras's training-time ``dropout`` and ``recurrent_dropout`` are not
     imported (the configuration has ``dropout=0.0``), nor
     ``unit_forget_bias``, which only initialises the bias (the weights hold
-    its effect). ``unroll`` does not change the results. Keras has no
-    ``forget_bias``: the cells are for ``forget_bias=0``.
+    its effect), nor initializers, regularizers and constraints. ``unroll``,
+    ``implementation`` and ``use_cudnn`` do not change the results. Keras
+    has no ``forget_bias``: the cells are for ``forget_bias=0``. The
+    configuration has ``zero_output_for_mask`` (the top layer's; a
+    ``Bidirectional``'s is its ``return_sequences``) and, for one layer
+    with ``go_backwards=True``, ``go_backwards``. Keras 2's ``CuDNNLSTM``
+    (``bias [8H]``) is read as the LSTM it computes
+    (:func:`nblstm.convert.keras_cudnn_to_keras`).
 
     Parameters
     ----------
@@ -290,7 +326,8 @@ def read(layer_or_model):
     ------
     ValueError
         A GRU or other non-LSTM layer; ``stateful=True``; ``time_major=True``;
-        ``go_backwards=True`` on a layer outside ``Bidirectional``; a
+        a mixed-precision dtype policy; ``go_backwards=True`` on a layer of a
+        stack read as one ``nblstm.LSTM`` (:func:`read_layers` reads it); a
         ``merge_mode`` other than ``"concat"``; an ``activation`` nblstm lacks or a
         ``recurrent_activation`` other than sigmoid and (Keras 3's)
         hard_sigmoid; a backward layer unlike the forward one; a stack whose
@@ -325,11 +362,30 @@ def read(layer_or_model):
 
 
 def _config(layers):
+    """The ``nblstm.LSTM`` keywords of parsed layers (a stack that one ``nblstm.LSTM`` holds).
+
+    Masked steps: a ``Bidirectional`` sets its layers' ``zero_output_for_mask``
+    to their ``return_sequences``; a layer's own setting counts otherwise, and
+    only the top layer's shows (a layer above skips the steps the mask hides).
+    """
     directions, first = layers[0][0], layers[0][1][0]
-    return layer_config(input_size=first["input_size"], hidden_size=first["units"], num_layers=len(layers),
-                        bidirectional=directions == 2, dtype=first["dtype"], batch_first=True,
-                        bias=any(o["use_bias"] for _, options in layers for o in options),
-                        activation=first["activation"], recurrent_activation=first["recurrent_activation"])
+    config = layer_config(input_size=first["input_size"], hidden_size=first["units"], num_layers=len(layers),
+                          bidirectional=directions == 2, dtype=first["dtype"], batch_first=True,
+                          bias=any(o["use_bias"] for _, options in layers for o in options),
+                          activation=first["activation"], recurrent_activation=first["recurrent_activation"])
+    top = layers[-1][1][0]
+    config["zero_output_for_mask"] = top["return_sequences"] if directions == 2 else top["zero_output_for_mask"]
+    if directions == 1 and first["go_backwards"]:
+        if len(layers) > 1:
+            raise ValueError("layer 0 has go_backwards=True: it reverses the sequence it reads, which one "
+                             "nblstm.LSTM of several layers does not; read the layers one by one "
+                             "(nblstm.LSTM.stack_from_keras)")
+        config["go_backwards"] = True
+    elif directions == 1 and any(options[0]["go_backwards"] for _, options in layers):
+        raise ValueError("a layer above the first has go_backwards=True: it reverses the sequence it reads, which "
+                         "one nblstm.LSTM of several layers does not; read the layers one by one "
+                         "(nblstm.LSTM.stack_from_keras)")
+    return config
 
 
 def _chained(layer_or_model):
@@ -458,7 +514,8 @@ def read_cell(layer_or_weights):
     ------
     ValueError
         A ``Bidirectional`` layer or a stack (use ``nblstm.LSTM.from_keras``),
-        and what :func:`read` refuses.
+        ``go_backwards=True`` or ``zero_output_for_mask=True`` (a cell takes
+        them per call), and what :func:`read` refuses.
 
     Examples
     --------
@@ -479,6 +536,13 @@ def read_cell(layer_or_weights):
     if config["num_layers"] > 1:
         raise ValueError(f"from_keras got {config['num_layers']} LSTM layers; an LSTMCell is one layer: use "
                          "nblstm.LSTM.from_keras")
+    for option_name, call in (("go_backwards", "cell.run(inputs, mask=mask, reverse=True, time_major=False), "
+                                                "outputs[:, ::-1]"),
+                              ("zero_output_for_mask", "cell.run(..., mask=mask, zero_output_for_mask=True)")):
+        if config.get(option_name):
+            raise ValueError(f"the Keras layer has {option_name}=True, which an LSTMCell takes per call, not as an "
+                             f"option: nblstm.LSTM.from_keras keeps it; or take the weights alone "
+                             f"(LSTMCell.from_keras(layer.get_weights(), ...)) and call {call}")
     options = {"num_units": config["hidden_size"], "num_proj": None}
     if not bare:
         options.update(activation=config["activation"], recurrent_activation=config["recurrent_activation"])
