@@ -33,7 +33,7 @@ def pack_recurrent(w_rec, bounds, col_off):
     return packed
 
 
-@njit(**KERNEL)
+@njit(inline="always", **KERNEL)
 def _pack_forward_chunk(w_rec, bounds, col_off, packed, k):
     """Chunk ``k`` of :func:`pack_recurrent` in panels: column ``j = g * uk + u`` is ``w_rec[:, g * H + u0 + u]``."""
     depth = w_rec.shape[0]
@@ -46,7 +46,7 @@ def _pack_forward_chunk(w_rec, bounds, col_off, packed, k):
     microkernel.zero_columns(packed, depth * col_off[k], depth, 4 * uk, width)
 
 
-@njit(**KERNEL)
+@njit(inline="always", **KERNEL)
 def _pack_backward_chunk(w_rec, bounds, col_off, packed, k):
     """Chunk ``k`` of :func:`pack_chunks` transposed: column ``u`` is ``w_rec[u0 + u, :]``."""
     gates = w_rec.shape[1]
@@ -57,7 +57,7 @@ def _pack_backward_chunk(w_rec, bounds, col_off, packed, k):
     microkernel.zero_columns(packed, gates * col_off[k], gates, uk, width)
 
 
-@njit(**KERNEL)
+@njit(inline="always", **KERNEL)
 def _pack_chunk(w_rec, bounds, col_off, packed, k, transposed):
     if transposed:
         _pack_backward_chunk(w_rec, bounds, col_off, packed, k)
