@@ -45,7 +45,7 @@ from .state import LSTMStateTuple, state_arrays
 from .stepper import Stepper
 from .weights import checked_weights, initial_weights, load, save, weight_shapes
 
-__all__ = ["LSTMCell", "LSTMStateTuple", "checked_backward", "checked_forward"]
+__all__ = ["LSTMCell", "LSTMStateTuple", "checked_backward", "checked_forward", "set_checked_weights"]
 
 _ALLOWED_KWARGS = ("trainable",)
 
@@ -1056,6 +1056,18 @@ class LSTMCell:
 
 
 # -- the layers' path: arguments checked once per call of the layer ---------------------------------------------
+
+
+def set_checked_weights(cell, checked):
+    """:meth:`LSTMCell.set_weights` with what :func:`nblstm.cell.weights.checked_weights` returned for ``cell``.
+
+    ``checked``: ``(weights, input_depth, dtype)``, the weights being the
+    check's own copies. For :class:`nblstm.LSTM`, which checks every cell's
+    weights before it replaces any: checked once, not again (``nblstm.torch.LSTM``
+    sets its layer's weights at every step).
+    """
+    weights, cell.input_depth, cell._dtype = checked
+    cell._set(weights)
 
 
 def checked_forward(cell, info, inputs, state, lengths, order, with_grad):

@@ -117,7 +117,9 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
             raise TypeError(f"weights[{n!r}] has dtype {a.dtype}; expected {dtype} (the cell's dtype)")
         if not np.isfinite(a).all():
             raise ValueError(f"weights[{n!r}] has non-finite values")
-    return {n: np.array(arrays[n], copy=True) for n in expected}, found_depth, dtype
+    # C-contiguous copies: the kernels' packing reads rows (a transposed view, as nblstm.torch.LSTM and the
+    # converters give, is transposed here once).
+    return {n: np.array(arrays[n], copy=True, order="C") for n in expected}, found_depth, dtype
 
 
 def save(path, config, weights):

@@ -15,7 +15,7 @@ import numpy as np
 from .. import _validate as v
 from .. import arrays
 from ..cell import LSTMCell
-from ..cell.cell import checked_backward, checked_forward
+from ..cell.cell import checked_backward, checked_forward, set_checked_weights
 from ..cell.weights import checked_weights, weight_shapes
 from ..interchange import accepts_any_array
 from ..schedule import schedule
@@ -225,13 +225,14 @@ class LSTM:
                 raise ValueError(f"cell {k} ({self._prefix(k)[:-1]}): kernel has {w['kernel'].shape[0]} rows; "
                                  f"expected {expected_in} (its input depth {cell.input_depth} + output depth "
                                  f"{cell.output_size})")
-            try:  # every cell's weights validated before any is replaced
-                checked_weights(w, cell.num_units, cell.num_proj, cell.use_peepholes, cell.input_depth, cell.dtype)
+            try:  # every cell's weights validated (and copied) before any is replaced
+                w = checked_weights(w, cell.num_units, cell.num_proj, cell.use_peepholes, cell.input_depth,
+                                    cell.dtype)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"cell {k} ({self._prefix(k)[:-1]}): {e}") from None
             checked.append(w)
         for cell, w in zip(self.cells, checked, strict=True):
-            cell.set_weights(w)
+            set_checked_weights(cell, w)
 
     # -- porting -----------------------------------------------------------------------------------------
 
