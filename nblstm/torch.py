@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('nblstm.torch needs PyTorch (pip install torch, or the torch extra)') from exc
 
 from .convert import icfo_to_ifco, ifco_to_icfo
+from .cpu.pack import copy_transposed
 from .layer import lstm as _layer
 
 __all__ = ["LSTM"]
@@ -50,6 +51,37 @@ def _numpy(t):
     """A parameter's values as a NumPy array on the host (a view of a CPU tensor)."""
     t = t.detach()
     return np.from_dlpack(t) if not t.is_cuda else t.cpu().numpy()
+
+
+# PyTorch's gate blocks are [i|f|c|o], nblstm's cells' [i|c|f|o]: block k of one is block _SWAP[k] of the other.
+_SWAP = (0, 2, 1, 3)
+
+
+def _cell_kernel(weight_ih, weight_hh):
+    """The cell's ``kernel [I + P, 4H]`` (ICFO columns, C-contiguous) from PyTorch's ``[4H, I]`` and ``[4H, P]``.
+
+    Each gate block transposed in tiles into its place
+    (:func:`nblstm.cpu.pack.copy_transposed`): NumPy's transposing copy
+    took 3.5x as long at ``I = H = 256``, and this runs at every step.
+    """
+    units = weight_ih.shape[0] // 4
+    inputs = weight_ih.shape[1]
+    kernel = np.empty((inputs + weight_hh.shape[1], 4 * units), weight_ih.dtype)
+    for k, g in enumerate(_SWAP):
+        copy_transposed(weight_ih[k * units:(k + 1) * units], kernel[:inputs, g * units:(g + 1) * units])
+        copy_transposed(weight_hh[k * units:(k + 1) * units], kernel[inputs:, g * units:(g + 1) * units])
+    return kernel
+
+
+def _torch_weight_grads(d_kernel, inputs):
+    """PyTorch's ``(d_weight_ih [4H, I], d_weight_hh [4H, P])`` from the cell's ``d_kernel [I + P, 4H]``."""
+    units = d_kernel.shape[1] // 4
+    d_ih = np.empty((4 * units, inputs), d_kernel.dtype)
+    d_hh = np.empty((4 * units, d_kernel.shape[0] - inputs), d_kernel.dtype)
+    for k, g in enumerate(_SWAP):
+        copy_transposed(d_kernel[:inputs, g * units:(g + 1) * units], d_ih[k * units:(k + 1) * units])
+        copy_transposed(d_kernel[inputs:, g * units:(g + 1) * units], d_hh[k * units:(k + 1) * units])
+    return d_ih, d_hh
 
 
 def _tensor(a, like):
@@ -186,11 +218,13 @@ class LSTM(torch.nn.Module):
         spinning after it takes cores from the kernels that follow.
         """
         self._follow(params[0].dtype)
+        # Rebuilt at every call: PyTorch's version counters miss in-place changes made through .data (as
+        # gradcheck and hand-written updates make them), so weights kept by counter could be stale.
         cells, k = [], 0
         for _suffix, names in self._names:
             p = {n: _numpy(t) for n, t in zip(names, params[k:k + len(names)], strict=True)}
             k += len(names)
-            w = {"kernel": ifco_to_icfo(np.concatenate([p["weight_ih"], p["weight_hh"]], 1), axis=0).T}
+            w = {"kernel": _cell_kernel(p["weight_ih"], p["weight_hh"])}
             if self.bias:
                 w["bias"] = ifco_to_icfo(p["bias_ih"] + p["bias_hh"], axis=0)
             if self.use_peepholes:
@@ -219,9 +253,10 @@ class LSTM(torch.nn.Module):
         grads = []
         for suffix, names in self._names:
             prefix = suffix[1:] + "/"  # "_l0_reverse" -> the layer's "l0_reverse/"
-            kernel = icfo_to_ifco(d_weights[prefix + "kernel"].T, axis=0)  # [4H, I + P], PyTorch's rows
             inputs = getattr(self, "weight_ih" + suffix).shape[1]
-            found = {"weight_ih": kernel[:, :inputs], "weight_hh": kernel[:, inputs:]}
+            # The layer's weight gradients are NumPy arrays on either target.
+            d_ih, d_hh = _torch_weight_grads(np.asarray(d_weights[prefix + "kernel"]), inputs)
+            found = {"weight_ih": d_ih, "weight_hh": d_hh}
             if self.bias:
                 b = icfo_to_ifco(d_weights[prefix + "bias"], axis=0)
                 found.update(bias_ih=b, bias_hh=b.copy())

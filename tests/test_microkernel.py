@@ -175,3 +175,27 @@ def test_padded_rounds_up_to_the_panel_width():
     for dtype in (np.float32, np.float64):
         p = mk.panel_width(dtype)
         assert [mk.padded(n, dtype) for n in (1, p, p + 1)] == [p, p, 2 * p]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_copy_transposed_moves_the_bits_of_any_strided_view(dtype):
+    from nblstm.cpu.pack import copy_transposed
+
+    rng = np.random.default_rng(3)
+    for shape in [(3, 5), (33, 17), (64, 48), (0, 4), (1, 1)]:
+        a = rng.standard_normal(shape).astype(dtype)
+        a.flat[:1] = -0.0
+        for src in (a, a.T, a[:, ::2], a[1:, 1:]):
+            dst = np.full(src.shape[::-1], np.nan, dtype)
+            copy_transposed(src, dst)
+            bits = f"u{dst.itemsize}"
+            np.testing.assert_array_equal(dst.view(bits), np.ascontiguousarray(src.T).view(bits))
+            big = np.full((src.shape[1] + 2, 2 * src.shape[0] + 3), 7, dtype)
+            view = big[1:-1, 3:3 + src.shape[0]]
+            copy_transposed(src, view)
+            np.testing.assert_array_equal(view, src.T)
+            outside = np.ones(big.shape, bool)
+            outside[1:-1, 3:3 + src.shape[0]] = False
+            assert (big[outside] == 7).all()  # nothing written outside the view
+    with pytest.raises(ValueError, match="expected"):
+        copy_transposed(np.zeros((2, 3), dtype), np.zeros((2, 3), dtype))

@@ -14,7 +14,7 @@ from .._jit import KERNEL
 from . import microkernel, pool, threads
 from .partition import MIN_PARALLEL_PACK
 
-__all__ = ["gate_weights", "pack_chunks", "pack_recurrent"]
+__all__ = ["copy_transposed", "gate_weights", "pack_chunks", "pack_recurrent"]
 
 
 def pack_recurrent(w_rec, bounds, col_off):
@@ -111,3 +111,56 @@ def _copy_gate_row(w, blocks, w_in, task):
     dst = w_in[g, r]
     for j in range(units):
         dst[j] = src[j]
+
+
+#: Side of the square tiles of :func:`copy_transposed` (a tile of float64 is 2 KiB: both sides stay in L1).
+_TRANSPOSE_TILE = 16
+
+
+def copy_transposed(src, dst):
+    """``dst[...] = src.T`` for 2-D arrays of one dtype (any strides), in tiles.
+
+    NumPy copies a transposed view element by element down the columns of
+    its source: with a power-of-two row length every such column lands in
+    the same few cache sets, and a ``[512, 1024]`` float32 transpose took
+    1.24 ms here against 0.35 ms in ``16 x 16`` tiles (64 ms against 19 ms
+    at ``[2048, 4096]``; where the rows do not conflict, at ``[445, 1280]``,
+    0.35 ms and 0.43 ms). The weights of
+    ``nblstm.torch.LSTM`` go through it at every step, and their gradients.
+    """
+    rows, cols = src.shape
+    if dst.shape != (cols, rows) or dst.dtype != src.dtype:
+        raise ValueError(f"dst has shape {dst.shape} and dtype {dst.dtype}; expected {(cols, rows)}, {src.dtype}")
+    if src.size == 0:
+        return
+    item = src.itemsize
+    _transpose_tiles(_flat(src), src.strides[0] // item, src.strides[1] // item, _flat(dst), dst.strides[0] // item,
+                     dst.strides[1] // item, rows, cols)
+
+
+def _flat(a):
+    """The memory ``a`` spans from its first element, as a 1-D array of unsigned integers of its item size.
+
+    A copy moves bits: one compiled kernel per item size (float16, which
+    numba has no arrays of, too).
+    """
+    if any(s < 0 for s in a.strides) or any(s % a.itemsize for s in a.strides):
+        raise ValueError("copy_transposed takes arrays with non-negative strides in whole elements")
+    span = 1 + sum((n - 1) * s // a.itemsize for n, s in zip(a.shape, a.strides, strict=True))
+    bits = np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,))
+    return bits.view(np.dtype(f"u{a.itemsize}"))
+
+
+@njit(**KERNEL)
+def _transpose_tiles(src, s_row, s_col, dst, d_row, d_col, rows, cols):
+    """``dst[c * d_row + r * d_col] = src[r * s_row + c * s_col]`` for ``r < rows``, ``c < cols``."""
+    for c0 in range(0, cols, _TRANSPOSE_TILE):
+        c1 = min(c0 + _TRANSPOSE_TILE, cols)
+        for r0 in range(0, rows, _TRANSPOSE_TILE):
+            r1 = min(r0 + _TRANSPOSE_TILE, rows)
+            for c in range(c0, c1):
+                # Unsigned indices: numba then emits no wraparound test for negative ones.
+                d = np.uint64(c * d_row)
+                s = np.uint64(c * s_col)
+                for r in range(r0, r1):
+                    dst[d + np.uint64(r * d_col)] = src[s + np.uint64(r * s_row)]
