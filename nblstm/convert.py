@@ -29,6 +29,7 @@ Name conventions of the dicts used here:
 import numpy as np
 
 __all__ = [
+    "SWAP_CF_BLOCKS",
     "icfo_to_ifco",
     "ifco_to_icfo",
     "keras_cudnn_to_keras",
@@ -51,6 +52,10 @@ __all__ = [
 ]
 
 _PEEPHOLE_NAMES = ("w_i_diag", "w_f_diag", "w_o_diag")
+
+#: Gate block ``k`` of ``[i|f|c|o]`` is block ``SWAP_CF_BLOCKS[k]`` of ``[i|c|f|o]``, and the other way round:
+#: the permutation of :func:`icfo_to_ifco` and :func:`ifco_to_icfo`, for code that moves the blocks itself.
+SWAP_CF_BLOCKS = (0, 2, 1, 3)
 
 
 def _array(value, name):
@@ -93,8 +98,8 @@ def icfo_to_ifco(a, axis=-1):
     >>> icfo_to_ifco(np.arange(8.0))
     array([0., 1., 4., 5., 2., 3., 6., 7.])
     """
-    i, c, f, o = _gate_blocks(a, axis, "a")
-    return np.concatenate([i, f, c, o], axis=axis)
+    blocks = _gate_blocks(a, axis, "a")
+    return np.concatenate([blocks[k] for k in SWAP_CF_BLOCKS], axis=axis)
 
 
 def ifco_to_icfo(a, axis=-1):
@@ -106,8 +111,8 @@ def ifco_to_icfo(a, axis=-1):
     >>> ifco_to_icfo(icfo_to_ifco(np.arange(8.0)))
     array([0., 1., 2., 3., 4., 5., 6., 7.])
     """
-    i, f, c, o = _gate_blocks(a, axis, "a")
-    return np.concatenate([i, c, f, o], axis=axis)
+    blocks = _gate_blocks(a, axis, "a")
+    return np.concatenate([blocks[k] for k in SWAP_CF_BLOCKS], axis=axis)
 
 
 def _add_to_forget_block(b_ifco, value):

@@ -30,7 +30,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('nblstm.torch needs PyTorch (pip install torch, or the torch extra)') from exc
 
-from .convert import icfo_to_ifco, ifco_to_icfo
+from .convert import SWAP_CF_BLOCKS, icfo_to_ifco, ifco_to_icfo
 from .cpu.pack import copy_transposed
 from .layer import lstm as _layer
 
@@ -53,10 +53,6 @@ def _numpy(t):
     return np.from_dlpack(t) if not t.is_cuda else t.cpu().numpy()
 
 
-# PyTorch's gate blocks are [i|f|c|o], nblstm's cells' [i|c|f|o]: block k of one is block _SWAP[k] of the other.
-_SWAP = (0, 2, 1, 3)
-
-
 def _cell_kernel(weight_ih, weight_hh):
     """The cell's ``kernel [I + P, 4H]`` (ICFO columns, C-contiguous) from PyTorch's ``[4H, I]`` and ``[4H, P]``.
 
@@ -67,7 +63,7 @@ def _cell_kernel(weight_ih, weight_hh):
     units = weight_ih.shape[0] // 4
     inputs = weight_ih.shape[1]
     kernel = np.empty((inputs + weight_hh.shape[1], 4 * units), weight_ih.dtype)
-    for k, g in enumerate(_SWAP):
+    for k, g in enumerate(SWAP_CF_BLOCKS):  # PyTorch's [i|f|c|o] blocks, the cells' [i|c|f|o]
         copy_transposed(weight_ih[k * units:(k + 1) * units], kernel[:inputs, g * units:(g + 1) * units])
         copy_transposed(weight_hh[k * units:(k + 1) * units], kernel[inputs:, g * units:(g + 1) * units])
     return kernel
@@ -78,7 +74,7 @@ def _torch_weight_grads(d_kernel, inputs):
     units = d_kernel.shape[1] // 4
     d_ih = np.empty((4 * units, inputs), d_kernel.dtype)
     d_hh = np.empty((4 * units, d_kernel.shape[0] - inputs), d_kernel.dtype)
-    for k, g in enumerate(_SWAP):
+    for k, g in enumerate(SWAP_CF_BLOCKS):  # PyTorch's [i|f|c|o] blocks, the cells' [i|c|f|o]
         copy_transposed(d_kernel[:inputs, g * units:(g + 1) * units], d_ih[k * units:(k + 1) * units])
         copy_transposed(d_kernel[inputs:, g * units:(g + 1) * units], d_hh[k * units:(k + 1) * units])
     return d_ih, d_hh
