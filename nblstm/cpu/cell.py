@@ -61,16 +61,20 @@ from ..options import clip_scalars
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 from . import microkernel, pool, regroup, sync, threads
 from .blas import kernel_section
+from .fused import ForwardWeights
+from .fused import forward_packed as fused_forward
 from .fused import weight_grads_block as fused_weight_grads_block
 from .gemm import gemm_rows, gemm_tn
 from .pack import pack_chunks
 from .partition import MIN_PARALLEL_PACK, block_bounds, call_threads, cell_chunk_bounds, column_offsets, row_bounds
 
 __all__ = [
+    "FusedWeights",
     "PackedWeights",
     "backward_kernel",
     "final_state",
     "forward_kernel",
+    "fused_forward_applies",
     "forward_row",
     "masked_outputs",
     "packed_columns",
@@ -717,7 +721,60 @@ def _kernel_options(options, has_proj):
             *clip_scalars(options.proj_clip if has_proj else None), options.kernel_code())
 
 
-def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None):
+def fused_forward_applies(options, has_proj, steps, lengths, schedule):
+    """Whether the cell's forward is the fused ops' (:func:`nblstm.cpu.fused.forward_packed`).
+
+    It is, operation for operation, where the options are the ops': no
+    projection, tanh and sigmoid, no clip (the backward reads the cell
+    before clipping, which the ops do not keep), every example the whole
+    sequence in time order. The ops' kernel computes the input projection
+    inside the steps (:func:`~nblstm.cpu.partition.fused_projection`), which
+    the cell's does not: 0.79x the cell kernel's time at ``(T, B, I, H) =
+    (30, 64, 256, 256)``, 0.87x at ``(50, 32, 256, 256)``, 0.77x at
+    ``(100, 64, 125, 320)`` (float32, measured here), and one forward kernel
+    for the ops and these cells, compiled once. One step (``T = 1``) stays
+    on the cell's kernel, whose bits the streaming step reproduces
+    (:mod:`nblstm.cpu.step`).
+    """
+    return (not has_proj and options.kernel_code() == 0 and options.cell_clip is None and schedule is None
+            and steps > 1 and (lengths.size == 0 or int(lengths.min()) >= steps))
+
+
+class FusedWeights:
+    """A cell's weights for the fused ops' forward kernel (:func:`fused_forward_applies`), for one batch size.
+
+    Parameters
+    ----------
+    weights : dict
+        ``kernel [I + H, 4H]`` (ICFO), ``bias [4H]``, optional ``w_i_diag,
+        w_f_diag, w_o_diag [H]``, in the compute dtype; no projection.
+    batch_size : int
+    """
+
+    def __init__(self, weights, batch_size):
+        kernel = weights["kernel"]
+        self.forward = ForwardWeights(kernel, max(batch_size, 1), "icfo")
+        self.dtype, self.units = kernel.dtype, kernel.shape[1] // 4
+        self.bias = np.ascontiguousarray(weights["bias"])
+        zeros = np.zeros(self.units, self.dtype)
+        self.peepholes = tuple(np.ascontiguousarray(weights.get(n, zeros))
+                               for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
+        self.use_peepholes = "w_i_diag" in weights
+
+
+def _packed_gates(block, bounds):
+    """The fused forward's gates ``i, ci, f, o`` (planes of ``block: [7, T, B, H]``) in the cell's packed columns."""
+    steps, batch, units = block.shape[1:]
+    gates = pool.aligned((steps, batch, 4 * units), block.dtype)
+    planes = (block[0], block[4], block[2], block[3])  # the cell's i, j, f, o
+    for u0, u1 in zip(bounds[:-1], bounds[1:], strict=True):
+        chunk = gates[:, :, 4 * u0:4 * u1].reshape(steps, batch, 4, u1 - u0)
+        for g, plane in enumerate(planes):
+            chunk[:, :, g] = plane[:, :, u0:u1]
+    return gates
+
+
+def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_weights=None):
     """Whole-sequence forward of the cell on validated arrays of the compute dtype.
 
     Parameters
@@ -725,12 +782,16 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None):
     x : [T, B, I] array
     c0 : [B, H] array
     h0 : [B, P] array
-    packed : PackedWeights
+    packed : PackedWeights or None
+        ``None`` only with ``fused_weights`` and no backward to follow.
     lengths : [B] int64 array
     options : nblstm.options.CellOptions
     schedule : nblstm.schedule.Schedule, optional
         The order of the steps (``lengths`` is then its ``counts``); the
         saved values are in step order.
+    fused_weights : FusedWeights, optional
+        Run the fused ops' forward, where :func:`fused_forward_applies`; the
+        saved values are then the ops' outputs (``c_raw`` is ``c``).
 
     Returns
     -------
@@ -742,10 +803,13 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None):
         ``gates`` into their gradients (it becomes ``None``).
     """
     steps, batch, inputs = x.shape
+    if fused_weights is not None:
+        return _fused_sequence_forward(x, c0, h0, packed, lengths, options, fused_weights)
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
-    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": schedule}
+    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": schedule,
+             "fused_weights": None}
     if steps == 0 or batch == 0:
         gates = np.zeros((steps, batch, 4 * units), dtype)
         c_raw_, c_, ac_, r_ = (np.zeros((steps, batch, units), dtype) for _ in range(4))
@@ -781,6 +845,21 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None):
                        packed.use_peepholes, packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_,
                        project=schedule is None)
     return saved
+
+
+def _fused_sequence_forward(x, c0, h0, packed, lengths, options, weights):
+    """:func:`sequence_forward` on the fused ops' forward kernel (:func:`fused_forward_applies`)."""
+    dtype = weights.dtype
+    c = np.ascontiguousarray
+    x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
+    clip, clip_on = clip_scalars(None)
+    block = fused_forward(x, c0, h0, weights.forward, weights.bias, *weights.peepholes, x.shape[0],
+                          float(options.forget_bias), clip, clip_on, weights.use_peepholes)
+    # The cell's saved values: the gates in packed columns for the backward, which overwrites them.
+    gates = _packed_gates(block, packed.bounds) if packed is not None else None
+    return {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": None,
+            "fused_weights": weights, "gates": gates, "c_raw": block[1], "c": block[1], "ac": block[5],
+            "r": block[6], "h_raw": _dummy3(dtype), "h": block[6]}
 
 
 def final_state(saved):
@@ -848,7 +927,8 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
         # one [T, B, 4H] array in all.
         schedule = saved["schedule"]
         if saved["gates"] is None:  # consumed by an earlier backward pass: recompute
-            saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"], schedule))
+            saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"], schedule,
+                                          saved["fused_weights"]))
         dgates = saved["gates"]
         saved["gates"] = None
         dh_raw = pool.aligned((steps, batch, depth), dtype)

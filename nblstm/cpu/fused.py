@@ -74,7 +74,7 @@ from .partition import (
     split,
 )
 
-__all__ = ["backward", "backward_recurrent", "forward", "weight_grads_block"]
+__all__ = ["ForwardWeights", "backward", "backward_recurrent", "forward", "forward_packed", "weight_grads_block"]
 
 
 class _Scratch(threading.local):
@@ -501,6 +501,41 @@ def weight_grads_worker(k, x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_ro
         np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
 
 
+class ForwardWeights:
+    """The weights of the fused forward packed for one batch size: what :func:`forward_packed` reads.
+
+    The fused ops pack them at every call (their weights are arguments);
+    :class:`nblstm.LSTMCell` keeps them until its weights change, as it
+    keeps :class:`nblstm.cpu.cell.PackedWeights`.
+
+    Parameters
+    ----------
+    w : [I + H, 4H] array
+        Gate columns in ``layout``, float32 or float64.
+    batch : int
+    layout : {"ifco", "icfo"}
+    """
+
+    def __init__(self, w, batch, layout):
+        dtype = w.dtype
+        units = w.shape[1] // 4
+        self.inputs = inputs = w.shape[0] - units
+        self.units, self.dtype = units, dtype
+        self.bounds = chunk_bounds(batch, units)
+        self.blocks = gate_blocks(layout)
+        self.col_off = column_offsets(self.bounds, 4, dtype)
+        self.fused = fused_projection(batch, inputs, dtype)
+        w = np.ascontiguousarray(w)
+        with kernel_section():
+            if self.fused:
+                self.w_in = np.empty((4, 0, 0), dtype)
+            else:
+                self.w_in = np.empty((4, inputs, units), dtype)
+                gate_weights(w, self.blocks, self.w_in, self.w_in.size >= MIN_PARALLEL_PACK)
+            self.w_rec = pack_recurrent(w[inputs:], self.bounds, self.col_off)
+            self.w_x = pack_recurrent(w[:inputs], self.bounds, self.col_off) if self.fused else np.empty(0, dtype)
+
+
 def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
     """Whole-sequence forward on validated float32/float64 NumPy arrays.
 
@@ -521,6 +556,32 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
     numpy.ndarray
         ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past ``seq_len_max``.
     """
+    steps, batch, _ = x.shape
+    if seq_len_max == 0 or batch == 0:
+        block = pool.empty((7, steps, batch, cs_prev.shape[1]), x.dtype)
+        block[:] = 0
+        return block
+    with kernel_section():
+        weights = ForwardWeights(w, batch, options.layout)
+    # The options as kernel scalars: here only. Whether the clip is on is decided in the compute
+    # dtype (a bound that rounds to 0 there turns it off); the kernel takes the bound as a float.
+    clip, clip_on = clip_scalars(options.cell_clip, x.dtype.type, positive=True)
+    return forward_packed(x, cs_prev, h_prev, weights, b, wci, wcf, wco, seq_len_max, float(options.forget_bias),
+                          float(clip), clip_on, bool(options.use_peephole))
+
+
+def forward_packed(x, cs_prev, h_prev, weights, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip, clip_on,
+                   use_peephole):
+    """:func:`forward` on packed weights (:class:`ForwardWeights` for ``B`` rows), the options as kernel scalars.
+
+    Also :class:`nblstm.LSTMCell`'s forward where its options are the fused
+    ops' (:func:`nblstm.cpu.cell.sequence_forward`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past ``seq_len_max``.
+    """
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
     dtype = x.dtype
@@ -533,31 +594,15 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
     block[:, seq_len_max:] = 0
     if seq_len_max == 0 or batch == 0:
         return block
-    bounds = chunk_bounds(batch, units)
-    blocks = gate_blocks(options.layout)
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
-    col_off = column_offsets(bounds, 4, dtype)
-    work = pool.aligned(batch * int(col_off[-1]), dtype)
+    work = pool.aligned(batch * int(weights.col_off[-1]), dtype)
     c = np.ascontiguousarray
-    fused = fused_projection(batch, inputs, dtype)
-    if fused:
-        w_in = np.empty((4, 0, 0), dtype)
-        projection = (split(rows, 1), False)
-    else:
-        w_in = np.empty((4, inputs, units), dtype)
-        projection = row_blocks(rows, inputs * 4 * units)
+    projection = (split(rows, 1), False) if weights.fused else row_blocks(rows, inputs * 4 * units)
     with kernel_section():
-        if not fused:
-            gate_weights(c(w), blocks, w_in, w_in.size >= MIN_PARALLEL_PACK)
-        w_rec = pack_recurrent(w[inputs:], bounds, col_off)
-        w_x = pack_recurrent(w[:inputs], bounds, col_off) if fused else np.empty(0, dtype)
-        # The options as kernel scalars: here only. Whether the clip is on is decided in the compute
-        # dtype (a bound that rounds to 0 there turns it off); the kernel takes the bound as a float.
-        clip, clip_on = clip_scalars(options.cell_clip, dtype.type, positive=True)
-        forward_kernel(x2d, w_in, w_x, fused, c(b), c(cs_prev), c(h_prev), w_rec, bounds, col_off, *projection,
-                       blocks, c(wci), c(wcf), c(wco), float(options.forget_bias), float(clip), clip_on,
-                       bool(options.use_peephole), work, block)
+        forward_kernel(x2d, weights.w_in, weights.w_x, weights.fused, c(b), c(cs_prev), c(h_prev), weights.w_rec,
+                       weights.bounds, weights.col_off, *projection, weights.blocks, c(wci), c(wcf), c(wco),
+                       forget_bias, cell_clip, clip_on, use_peephole, work, block)
     return block
 
 

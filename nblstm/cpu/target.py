@@ -13,7 +13,7 @@ from .._contract import CellBackward, CellForward
 from .._validate import compute_dtype
 from . import cell, fused, half, step
 from .blas import kernel_section
-from .partition import cell_chunk_bounds
+from .partition import cell_chunk_bounds, chunk_bounds, fused_projection
 
 __all__ = ["CpuTarget", "to_compute", "to_storage", "writable_alias"]
 
@@ -141,13 +141,22 @@ class CpuTarget:
         ct = compute_dtype(dtype)
         x = inputs[None] if inputs.ndim == 2 else inputs
         steps, batch, input_depth = x.shape
-        packed = _packed_weights(weights, cache, ct, input_depth, batch)
-        c0 = np.zeros((batch, packed.units), ct) if c0 is None else c0
-        h0 = np.zeros((batch, packed.depth), ct) if h0 is None else h0
-        x, c0, h0 = (np.ascontiguousarray(to_compute(a, ct)) for a in (x, c0, h0))
         if schedule is not None:
             lengths = schedule.counts
-        saved = cell.sequence_forward(x, c0, h0, packed, lengths, options, schedule)
+        on_fused = cell.fused_forward_applies(options, "projection/kernel" in weights, steps, lengths, schedule)
+        # With a backward to follow, only where the steps compute their input projections (B > 1, I <= 256):
+        # elsewhere both kernels give the same bits and the cell's saves its values in the layout the
+        # backward reads (moving the ops' outputs there cost 0.05x the backward at (25, 64, 1024, 1024)).
+        on_fused = on_fused and (not with_grad or fused_projection(batch, input_depth, ct))
+        # An inference call on the fused kernel needs none of the backward's packed weights.
+        packed = _packed_weights(weights, cache, ct, input_depth, batch) if with_grad or not on_fused else None
+        fused_weights = _fused_weights(weights, cache, ct, batch) if on_fused else None
+        units = weights["bias"].shape[0] // 4
+        depth = units if packed is None else packed.depth
+        c0 = np.zeros((batch, units), ct) if c0 is None else c0
+        h0 = np.zeros((batch, depth), ct) if h0 is None else h0
+        x, c0, h0 = (np.ascontiguousarray(to_compute(a, ct)) for a in (x, c0, h0))
+        saved = cell.sequence_forward(x, c0, h0, packed, lengths, options, schedule, fused_weights)
         c_final, h_final = cell.final_state(saved)
         outputs = to_storage(cell.masked_outputs(saved), dtype)
         state = _state(c_final, h_final, dtype, join_state)
@@ -178,6 +187,20 @@ def _packed_weights(weights, cache, ct, input_depth, batch):
         converted = {k: writable_alias(np.ascontiguousarray(a, ct)) for k, a in weights.items()}
         packed = cache[key] = cell.PackedWeights(converted, input_depth, batch)
     return packed
+
+
+def _fused_weights(weights, cache, ct, batch):
+    """The cell's weights for the fused ops' forward kernel (:class:`nblstm.cpu.cell.FusedWeights`), kept in
+    ``cache`` per chunking and input-projection choice, as :func:`_packed_weights`."""
+    kernel = weights["kernel"]
+    units = kernel.shape[1] // 4
+    key = ("cpu-fused", ct.str, chunk_bounds(max(batch, 1), units).tobytes(),
+           fused_projection(max(batch, 1), kernel.shape[0] - units, ct))
+    found = cache.get(key)
+    if found is None:
+        converted = {k: writable_alias(np.ascontiguousarray(a, ct)) for k, a in weights.items()}
+        found = cache[key] = cell.FusedWeights(converted, batch)
+    return found
 
 
 def _state(c, h, dtype, join_state):
