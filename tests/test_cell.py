@@ -424,13 +424,12 @@ def test_gradient_defaults_and_repeat_calls():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch, inputs", [(1, 8), (3, 8), (3, 300)])
 @pytest.mark.parametrize("use_peepholes", [False, True])
-def test_cells_with_the_ops_options_run_the_ops_forward(dtype, batch, inputs, use_peepholes):
-    """No projection, tanh, sigmoid, no clip, whole sequences: the fused ops' kernel, bit for bit.
+def test_cells_with_the_ops_options_run_the_ops_kernels(dtype, batch, inputs, use_peepholes):
+    """No projection, tanh, sigmoid, no clip, whole sequences: the fused ops' kernels, bit for bit.
 
-    ``run`` and ``vjp`` give the same bits (with ``B > 1, I <= 256`` both on
-    the ops' kernel, which sums the input and recurrent products in one
-    accumulator; elsewhere both kernels give the same bits), and the
-    backward is right (finite differences of the vjp's own forward).
+    ``run``, ``vjp`` and its backward give the bits of ``block_lstm`` and
+    ``block_lstm_grad`` (the final state's gradients joining the last
+    step's), and the backward is right (finite differences).
     """
     rng = np.random.default_rng(11)
     steps, units = 4, 16
@@ -448,8 +447,21 @@ def test_cells_with_the_ops_options_run_the_ops_forward(dtype, batch, inputs, us
     for a, b in ((outputs, ops.h), (final.c, ops.cs[-1]), (vjp_outputs, outputs), (vjp_final.c, final.c),
                  (vjp_final.h, final.h)):
         np.testing.assert_array_equal(a, b)
+    d_out = rng.standard_normal(outputs.shape).astype(dtype)
+    d_c, d_h = (rng.standard_normal((batch, units)).astype(dtype) for _ in range(2))
+    d_x, d_state, d_w = backward(d_out, LSTMStateTuple(d_c, d_h))
+    h_grad, cs_grad = d_out.copy(), np.zeros_like(d_out)
+    h_grad[-1] += d_h
+    cs_grad[-1] = d_c
+    grads = nblstm.block_lstm_grad(x, c0, h0, w["kernel"], ops, cs_grad=cs_grad, h_grad=h_grad,
+                                   wci=w.get("w_i_diag", zeros), wcf=w.get("w_f_diag", zeros),
+                                   wco=w.get("w_o_diag", zeros), use_peephole=use_peepholes, layout="icfo")
+    for a, b in ((d_x, grads.x_grad), (d_state.c, grads.cs_prev_grad), (d_state.h, grads.h_prev_grad),
+                 (d_w["kernel"], grads.w_grad), (d_w["bias"], grads.b_grad)):
+        np.testing.assert_array_equal(a, b)
+    if use_peepholes:
+        np.testing.assert_array_equal(d_w["w_f_diag"], grads.wcf_grad)
     if dtype == np.float64:
-        d_out = rng.standard_normal(outputs.shape)
         d_x, _, d_w = backward(d_out)
         eps = 1e-6
         for index in ((0, 0, 1), (steps - 1, batch - 1, inputs - 1)):

@@ -57,11 +57,12 @@ import numpy as np
 from numba import njit
 
 from .._jit import KERNEL
-from ..options import clip_scalars
+from ..options import OpOptions, clip_scalars
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 from . import microkernel, pool, regroup, sync, threads
 from .blas import kernel_section
-from .fused import ForwardWeights
+from .fused import BackwardWeights, ForwardWeights
+from .fused import backward as fused_backward
 from .fused import forward_packed as fused_forward
 from .fused import weight_grads_block as fused_weight_grads_block
 from .gemm import gemm_rows, gemm_tn
@@ -722,18 +723,20 @@ def _kernel_options(options, has_proj):
 
 
 def fused_forward_applies(options, has_proj, steps, lengths, schedule):
-    """Whether the cell's forward is the fused ops' (:func:`nblstm.cpu.fused.forward_packed`).
+    """Whether the cell runs on the fused ops' kernels, forward (:func:`nblstm.cpu.fused.forward_packed`) and
+    backward (:func:`nblstm.cpu.fused.backward`).
 
-    It is, operation for operation, where the options are the ops': no
-    projection, tanh and sigmoid, no clip (the backward reads the cell
-    before clipping, which the ops do not keep), every example the whole
-    sequence in time order. The ops' kernel computes the input projection
-    inside the steps (:func:`~nblstm.cpu.partition.fused_projection`), which
-    the cell's does not: 0.79x the cell kernel's time at ``(T, B, I, H) =
-    (30, 64, 256, 256)``, 0.87x at ``(50, 32, 256, 256)``, 0.77x at
-    ``(100, 64, 125, 320)`` (float32, measured here), and one forward kernel
-    for the ops and these cells, compiled once. One step (``T = 1``) stays
-    on the cell's kernel, whose bits the streaming step reproduces
+    It does where its options are the ops': no projection, tanh and
+    sigmoid, no clip (the ops' backward passes the gradient through the
+    clip, the cell's gives it its true gradient), every example the whole
+    sequence in time order. The unit maths is the same; the ops' forward
+    computes the input projection inside the steps
+    (:func:`~nblstm.cpu.partition.fused_projection`), which the cell's does
+    not: ``run`` took 0.75-0.79x the cell kernel's time at ``(T, B, I, H) =
+    (30, 64, 256, 256)`` and ``(100, 64, 125, 320)``, 0.85x at ``(50, 32,
+    256, 256)`` (float32, measured here); and one family of kernels serves
+    the ops and these cells, compiled once. One step (``T = 1``) stays on
+    the cell's kernels, whose bits the streaming step reproduces
     (:mod:`nblstm.cpu.step`).
     """
     return (not has_proj and options.kernel_code() == 0 and options.cell_clip is None and schedule is None
@@ -752,26 +755,22 @@ class FusedWeights:
     """
 
     def __init__(self, weights, batch_size):
-        kernel = weights["kernel"]
-        self.forward = ForwardWeights(kernel, max(batch_size, 1), "icfo")
+        self.kernel = kernel = np.ascontiguousarray(weights["kernel"])
+        self.batch_size = max(batch_size, 1)
+        self.forward = ForwardWeights(kernel, self.batch_size, "icfo")
         self.dtype, self.units = kernel.dtype, kernel.shape[1] // 4
         self.bias = np.ascontiguousarray(weights["bias"])
         zeros = np.zeros(self.units, self.dtype)
         self.peepholes = tuple(np.ascontiguousarray(weights.get(n, zeros))
                                for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
         self.use_peepholes = "w_i_diag" in weights
+        self._backward = None
 
-
-def _packed_gates(block, bounds):
-    """The fused forward's gates ``i, ci, f, o`` (planes of ``block: [7, T, B, H]``) in the cell's packed columns."""
-    steps, batch, units = block.shape[1:]
-    gates = pool.aligned((steps, batch, 4 * units), block.dtype)
-    planes = (block[0], block[4], block[2], block[3])  # the cell's i, j, f, o
-    for u0, u1 in zip(bounds[:-1], bounds[1:], strict=True):
-        chunk = gates[:, :, 4 * u0:4 * u1].reshape(steps, batch, 4, u1 - u0)
-        for g, plane in enumerate(planes):
-            chunk[:, :, g] = plane[:, :, u0:u1]
-    return gates
+    def backward(self):
+        """The backward's packed recurrent weights (:class:`nblstm.cpu.fused.BackwardWeights`), made at first use."""
+        if self._backward is None:
+            self._backward = BackwardWeights(self.kernel[self.kernel.shape[0] - self.units:], self.batch_size)
+        return self._backward
 
 
 def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_weights=None):
@@ -783,7 +782,7 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     c0 : [B, H] array
     h0 : [B, P] array
     packed : PackedWeights or None
-        ``None`` only with ``fused_weights`` and no backward to follow.
+        ``None`` with ``fused_weights``.
     lengths : [B] int64 array
     options : nblstm.options.CellOptions
     schedule : nblstm.schedule.Schedule, optional
@@ -791,7 +790,8 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
         saved values are in step order.
     fused_weights : FusedWeights, optional
         Run the fused ops' forward, where :func:`fused_forward_applies`; the
-        saved values are then the ops' outputs (``c_raw`` is ``c``).
+        saved values are then the ops' outputs, which
+        :func:`sequence_backward` gives to the ops' backward.
 
     Returns
     -------
@@ -804,7 +804,7 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     """
     steps, batch, inputs = x.shape
     if fused_weights is not None:
-        return _fused_sequence_forward(x, c0, h0, packed, lengths, options, fused_weights)
+        return _fused_sequence_forward(x, c0, h0, lengths, options, fused_weights)
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
@@ -847,7 +847,7 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     return saved
 
 
-def _fused_sequence_forward(x, c0, h0, packed, lengths, options, weights):
+def _fused_sequence_forward(x, c0, h0, lengths, options, weights):
     """:func:`sequence_forward` on the fused ops' forward kernel (:func:`fused_forward_applies`)."""
     dtype = weights.dtype
     c = np.ascontiguousarray
@@ -855,11 +855,31 @@ def _fused_sequence_forward(x, c0, h0, packed, lengths, options, weights):
     clip, clip_on = clip_scalars(None)
     block = fused_forward(x, c0, h0, weights.forward, weights.bias, *weights.peepholes, x.shape[0],
                           float(options.forget_bias), clip, clip_on, weights.use_peepholes)
-    # The cell's saved values: the gates in packed columns for the backward, which overwrites them.
-    gates = _packed_gates(block, packed.bounds) if packed is not None else None
+    # The ops' seven outputs, as their backward reads them; c and h for the state and the outputs.
     return {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": None,
-            "fused_weights": weights, "gates": gates, "c_raw": block[1], "c": block[1], "ac": block[5],
-            "r": block[6], "h_raw": _dummy3(dtype), "h": block[6]}
+            "fused_weights": weights, "block": block, "c": block[1], "h": block[6]}
+
+
+def _fused_sequence_backward(saved, d_out, d_c, d_h):
+    """:func:`sequence_backward` on the fused ops' backward kernel, after :func:`_fused_sequence_forward`.
+
+    Without a clip the ops' straight-through clip gradient is the cell's
+    true one. The final state's gradients join the last step's.
+    """
+    weights, x, c0, h0 = saved["fused_weights"], saved["x"], saved["c0"], saved["h0"]
+    dtype = weights.dtype
+    h_grad = np.array(d_out, dtype, copy=True, order="C")
+    cs_grad = np.zeros(h_grad.shape, dtype)
+    if h_grad.shape[0]:
+        h_grad[-1] += d_h
+        cs_grad[-1] = d_c
+    d_x, d_c0, d_h0, d_kernel, d_wi, d_wf, d_wo, d_bias = fused_backward(
+        x, c0, h0, weights.kernel, *weights.peepholes, saved["block"], cs_grad, h_grad, x.shape[0],
+        OpOptions(use_peephole=weights.use_peepholes, layout="icfo"), weights.backward())
+    d_weights = {"kernel": d_kernel, "bias": d_bias}
+    if weights.use_peepholes:
+        d_weights["w_i_diag"], d_weights["w_f_diag"], d_weights["w_o_diag"] = d_wi, d_wf, d_wo
+    return d_x, d_c0, d_h0, d_weights
 
 
 def final_state(saved):
@@ -910,6 +930,8 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
         ``(d_x [T, B, I], d_c0 [B, H], d_h0 [B, P], d_weights)`` where
         ``d_weights`` is a dict keyed like the weights.
     """
+    if saved["fused_weights"] is not None:
+        return _fused_sequence_backward(saved, d_out, d_c, d_h)
     x, c0, h0, lengths = saved["x"], saved["c0"], saved["h0"], saved["lengths"]
     steps, batch, inputs = x.shape
     units, depth, dtype = packed.units, packed.depth, packed.dtype
@@ -927,8 +949,7 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
         # one [T, B, 4H] array in all.
         schedule = saved["schedule"]
         if saved["gates"] is None:  # consumed by an earlier backward pass: recompute
-            saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"], schedule,
-                                          saved["fused_weights"]))
+            saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"], schedule))
         dgates = saved["gates"]
         saved["gates"] = None
         dh_raw = pool.aligned((steps, batch, depth), dtype)

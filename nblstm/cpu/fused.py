@@ -74,7 +74,8 @@ from .partition import (
     split,
 )
 
-__all__ = ["ForwardWeights", "backward", "backward_recurrent", "forward", "forward_packed", "weight_grads_block"]
+__all__ = ["BackwardWeights", "ForwardWeights", "backward", "backward_recurrent", "forward", "forward_packed",
+           "weight_grads_block"]
 
 
 class _Scratch(threading.local):
@@ -606,8 +607,35 @@ def forward_packed(x, cs_prev, h_prev, weights, b, wci, wcf, wco, seq_len_max, f
     return block
 
 
+class BackwardWeights:
+    """The backward's recurrent weights ``w_rec^T`` packed by chunks of units for ``B`` rows (:func:`pack_chunks`).
+
+    Packed at every call of the fused ops; kept by :class:`nblstm.LSTMCell`
+    until its weights change.
+
+    Parameters
+    ----------
+    w_rec : [H, 4H] array
+        Recurrent weights (the last ``H`` rows of ``w``).
+    batch : int
+    carried : bool, default True
+        ``False`` for one step, which carries nothing: no packing.
+    """
+
+    def __init__(self, w_rec, batch, carried=True):
+        units = w_rec.shape[0]
+        dtype = w_rec.dtype
+        self.bounds = chunk_bounds(batch, units)
+        self.col_off = column_offsets(self.bounds, 1, dtype)
+        self.w_rec_t = pool.aligned(4 * units * int(self.col_off[-1]) if carried else 0, dtype)
+        if carried:
+            with kernel_section():
+                pack_chunks(np.ascontiguousarray(w_rec), self.bounds, self.col_off, self.w_rec_t, True,
+                            w_rec.size >= MIN_PARALLEL_PACK)
+
+
 def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout,
-                       dgates=None):
+                       dgates=None, packed_t=None):
     """The time loop of the backward pass: gate gradients and the cell carry.
 
     Callers run it inside :class:`~nblstm.cpu.blas.kernel_section`.
@@ -627,6 +655,8 @@ def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len
     layout : {"ifco", "icfo"}
     dgates : [S, B, 4H] C-contiguous array, optional
         Where to write the gate gradients (a new array by default).
+    packed_t : BackwardWeights, optional
+        ``w_rec`` packed for ``B`` rows (packed here by default).
 
     Returns
     -------
@@ -638,23 +668,20 @@ def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len
     dtype = cs_prev.dtype
     dc = np.zeros((batch, units), dtype)
     peephole_grads = [np.zeros(units, dtype) for _ in range(3)]
-    bounds = chunk_bounds(batch, units)
-    col_off = column_offsets(bounds, 1, dtype)
+    if packed_t is None:
+        packed_t = BackwardWeights(w_rec, batch, carried=seq_len_max > 1)  # a step carries dh from the next one
     if dgates is None:
         dgates = pool.aligned((seq_len_max, batch, 4 * units), dtype)
-    work = pool.aligned(batch * int(col_off[-1]), dtype)
+    work = pool.aligned(batch * int(packed_t.col_off[-1]), dtype)
     c = np.ascontiguousarray
-    carried = seq_len_max > 1  # a step carries dh from the next one, on the micro-kernel
-    w_rec_t = pool.aligned(4 * units * int(col_off[-1]) if carried else 0, dtype)
-    if carried:
-        pack_chunks(c(w_rec), bounds, col_off, w_rec_t, True, w_rec.size >= MIN_PARALLEL_PACK)
     i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
-    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), w_rec_t, bounds, col_off,
-                    gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates, dc, *peephole_grads)
+    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), packed_t.w_rec_t, packed_t.bounds,
+                    packed_t.col_off, gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates,
+                    dc, *peephole_grads)
     return (dgates, dc, *peephole_grads)
 
 
-def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, options):
+def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, options, packed_t=None):
     """Whole-sequence backward on validated float32/float64 NumPy arrays.
 
     Parameters
@@ -669,6 +696,8 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
     seq_len_max : int
     options : nblstm.options.OpOptions
         ``use_peephole`` and ``layout`` are read.
+    packed_t : BackwardWeights, optional
+        ``w[I:]`` packed for ``B`` rows (:func:`backward_recurrent`).
 
     Returns
     -------
@@ -700,7 +729,7 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
         dg, dc, wci_grad, wcf_grad, wco_grad = backward_recurrent(
             cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], options.use_peephole,
             options.layout,
-            _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype))
+            _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype), packed_t)
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
                             w[:inputs].T, w[inputs:].T, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
                             h_prev_grad)

@@ -144,12 +144,7 @@ class CpuTarget:
         if schedule is not None:
             lengths = schedule.counts
         on_fused = cell.fused_forward_applies(options, "projection/kernel" in weights, steps, lengths, schedule)
-        # With a backward to follow, only where the steps compute their input projections (B > 1, I <= 256):
-        # elsewhere both kernels give the same bits and the cell's saves its values in the layout the
-        # backward reads (moving the ops' outputs there cost 0.05x the backward at (25, 64, 1024, 1024)).
-        on_fused = on_fused and (not with_grad or fused_projection(batch, input_depth, ct))
-        # An inference call on the fused kernel needs none of the backward's packed weights.
-        packed = _packed_weights(weights, cache, ct, input_depth, batch) if with_grad or not on_fused else None
+        packed = None if on_fused else _packed_weights(weights, cache, ct, input_depth, batch)
         fused_weights = _fused_weights(weights, cache, ct, batch) if on_fused else None
         units = weights["bias"].shape[0] // 4
         depth = units if packed is None else packed.depth
@@ -160,16 +155,18 @@ class CpuTarget:
         c_final, h_final = cell.final_state(saved)
         outputs = to_storage(cell.masked_outputs(saved), dtype)
         state = _state(c_final, h_final, dtype, join_state)
-        ctx = {"saved": saved, "packed": packed, "dtype": dtype, "shape": (steps, batch)} if with_grad else None
+        ctx = None
+        if with_grad:
+            ctx = {"saved": saved, "packed": packed, "dtype": dtype, "compute": ct,
+                   "shape": (steps, batch, units, depth)}
         return CellForward(outputs, state, ctx)
 
     def cell_backward(self, *, saved, d_outputs, d_c, d_h, join_state):
-        packed, dtype = saved["packed"], saved["dtype"]
-        ct = packed.dtype
-        steps, batch = saved["shape"]
+        packed, dtype, ct = saved["packed"], saved["dtype"], saved["compute"]
+        steps, batch, units, depth = saved["shape"]
         d_out, d_c, d_h = (np.zeros(shape, ct) if a is None else np.ascontiguousarray(to_compute(a, ct))
-                           for a, shape in ((d_outputs, (steps, batch, packed.depth)), (d_c, (batch, packed.units)),
-                                            (d_h, (batch, packed.depth))))
+                           for a, shape in ((d_outputs, (steps, batch, depth)), (d_c, (batch, units)),
+                                            (d_h, (batch, depth))))
         d_x, d_c0, d_h0, d_w = cell.sequence_backward(saved["saved"], packed, d_out, d_c, d_h)
         return CellBackward(to_storage(d_x, dtype), _state(d_c0, d_h0, dtype, join_state), d_w)
 
