@@ -852,9 +852,9 @@ def _fused_sequence_forward(x, c0, h0, lengths, options, weights):
     dtype = weights.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
-    clip, clip_on = clip_scalars(None)
-    block = fused_forward(x, c0, h0, weights.forward, weights.bias, *weights.peepholes, x.shape[0],
-                          float(options.forget_bias), clip, clip_on, weights.use_peepholes)
+    forget_bias, clip, clip_on = _kernel_options(options, False)[:3]
+    block = fused_forward(x, c0, h0, weights.forward, weights.bias, *weights.peepholes, x.shape[0], forget_bias,
+                          clip, clip_on, weights.use_peepholes)
     # The ops' seven outputs, as their backward reads them; c and h for the state and the outputs.
     return {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": None,
             "fused_weights": weights, "block": block, "c": block[1], "h": block[6]}
