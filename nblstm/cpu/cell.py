@@ -732,19 +732,18 @@ def fused_forward_applies(options, has_proj, steps, lengths, schedule):
     sequence in time order. The unit maths is the same; the ops' forward
     computes the input projection inside the steps
     (:func:`~nblstm.cpu.partition.fused_projection`), which the cell's does
-    not: ``run`` took 0.75-0.79x the cell kernel's time at ``(T, B, I, H) =
-    (30, 64, 256, 256)`` and ``(100, 64, 125, 320)``, 0.85x at ``(50, 32,
-    256, 256)`` (float32, measured here); and one family of kernels serves
-    the ops and these cells, compiled once. One step (``T = 1``) stays on
-    the cell's kernels, whose bits the streaming step reproduces
-    (:mod:`nblstm.cpu.step`).
+    not (``run`` took 0.6-0.87x the cell kernel's time at batched shapes,
+    ``docs/design.md``), and one family of kernels serves the ops and these
+    cells, compiled once. One step (``T = 1``) stays on the cell's kernels,
+    whose bits the streaming step reproduces (:mod:`nblstm.cpu.step`).
     """
+    whole = lengths is None or lengths.size == 0 or int(np.min(lengths)) >= steps
     return (not has_proj and options.kernel_code() == 0 and options.cell_clip is None and schedule is None
-            and steps > 1 and (lengths.size == 0 or int(lengths.min()) >= steps))
+            and steps > 1 and whole)
 
 
 class FusedWeights:
-    """A cell's weights for the fused ops' forward kernel (:func:`fused_forward_applies`), for one batch size.
+    """A cell's weights for the fused ops' kernels (:func:`fused_forward_applies`), for one batch size.
 
     Parameters
     ----------
