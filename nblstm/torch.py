@@ -53,30 +53,39 @@ def _numpy(t):
     return np.from_dlpack(t) if not t.is_cuda else t.cpu().numpy()
 
 
-def _cell_kernel(weight_ih, weight_hh):
-    """The cell's ``kernel [I + P, 4H]`` (ICFO columns, C-contiguous) from PyTorch's ``[4H, I]`` and ``[4H, P]``.
+def _transpose_gates(torch_part, cell_part, to_cell):
+    """PyTorch's ``[4H, N]`` rows and the cell's ``[N, 4H]`` columns, one the other's transpose, gate by gate.
 
-    Each gate block transposed in tiles into its place
-    (:func:`nblstm.cpu.pack.copy_transposed`): NumPy's transposing copy
-    took 3.5x as long at ``I = H = 256``, and this runs at every step.
+    ``to_cell``: ``cell_part`` is written from ``torch_part``; else the other
+    way. Each gate block is copied in tiles (:func:`nblstm.cpu.pack.copy_transposed`):
+    NumPy's transposing copy took 3.5x as long at ``I = H = 256``, and the
+    weights and their gradients go through here at every step.
     """
-    units = weight_ih.shape[0] // 4
-    inputs = weight_ih.shape[1]
-    kernel = np.empty((inputs + weight_hh.shape[1], 4 * units), weight_ih.dtype)
+    units = torch_part.shape[0] // 4
     for k, g in enumerate(SWAP_CF_BLOCKS):  # PyTorch's [i|f|c|o] blocks, the cells' [i|c|f|o]
-        copy_transposed(weight_ih[k * units:(k + 1) * units], kernel[:inputs, g * units:(g + 1) * units])
-        copy_transposed(weight_hh[k * units:(k + 1) * units], kernel[inputs:, g * units:(g + 1) * units])
+        rows, columns = torch_part[k * units:(k + 1) * units], cell_part[:, g * units:(g + 1) * units]
+        if to_cell:
+            copy_transposed(rows, columns)
+        else:
+            copy_transposed(columns, rows)
+
+
+def _cell_kernel(weight_ih, weight_hh):
+    """The cell's ``kernel [I + P, 4H]`` (ICFO columns, C-contiguous) from PyTorch's ``[4H, I]`` and ``[4H, P]``."""
+    inputs = weight_ih.shape[1]
+    kernel = np.empty((inputs + weight_hh.shape[1], weight_ih.shape[0]), weight_ih.dtype)
+    _transpose_gates(weight_ih, kernel[:inputs], True)
+    _transpose_gates(weight_hh, kernel[inputs:], True)
     return kernel
 
 
 def _torch_weight_grads(d_kernel, inputs):
     """PyTorch's ``(d_weight_ih [4H, I], d_weight_hh [4H, P])`` from the cell's ``d_kernel [I + P, 4H]``."""
-    units = d_kernel.shape[1] // 4
-    d_ih = np.empty((4 * units, inputs), d_kernel.dtype)
-    d_hh = np.empty((4 * units, d_kernel.shape[0] - inputs), d_kernel.dtype)
-    for k, g in enumerate(SWAP_CF_BLOCKS):  # PyTorch's [i|f|c|o] blocks, the cells' [i|c|f|o]
-        copy_transposed(d_kernel[:inputs, g * units:(g + 1) * units], d_ih[k * units:(k + 1) * units])
-        copy_transposed(d_kernel[inputs:, g * units:(g + 1) * units], d_hh[k * units:(k + 1) * units])
+    gates = d_kernel.shape[1]
+    d_ih = np.empty((gates, inputs), d_kernel.dtype)
+    d_hh = np.empty((gates, d_kernel.shape[0] - inputs), d_kernel.dtype)
+    _transpose_gates(d_ih, d_kernel[:inputs], False)
+    _transpose_gates(d_hh, d_kernel[inputs:], False)
     return d_ih, d_hh
 
 
@@ -209,11 +218,12 @@ class LSTM(torch.nn.Module):
     def _layer_with(self, params):
         """The nblstm layer holding ``params`` (the module's parameters, as given to the Function).
 
-        The weights are rearranged with NumPy on views of the tensors: a
-        PyTorch operation here would wake PyTorch's OpenMP threads, whose
-        spinning after it takes cores from the kernels that follow.
+        The weights are rearranged on views of the tensors, by NumPy and
+        nblstm's own copies: a PyTorch operation here would wake PyTorch's
+        OpenMP threads, whose spinning after it takes cores from the kernels
+        that follow. :meth:`forward` has moved the layer to the parameters'
+        dtype (:meth:`_follow`).
         """
-        self._follow(params[0].dtype)
         # Rebuilt at every call: PyTorch's version counters miss in-place changes made through .data (as
         # gradcheck and hand-written updates make them), so weights kept by counter could be stale.
         cells, k = [], 0

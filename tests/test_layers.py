@@ -637,6 +637,12 @@ def test_keras_cudnn_lstm_cell_and_converter():
     close(final.c, arrays["c"], np.float32, "c")
     with pytest.raises(ValueError, match="CuDNNLSTM's variables are kernel"):
         nblstm.convert.keras_cudnn_to_keras(*serialized["weights"][:2], serialized["weights"][2][:12])
+    with pytest.raises(ValueError, match="CuDNNLSTM's variables are kernel"):
+        nblstm.convert.keras_cudnn_to_keras(serialized["weights"][0][None], *serialized["weights"][1:])
+    with pytest.raises(TypeError, match="kernel must be a floating-point array"):
+        nblstm.convert.keras_cudnn_to_keras(serialized["weights"][0].astype(np.int32), *serialized["weights"][1:])
+    with pytest.raises(TypeError, match="go_backwards"):
+        nblstm.LSTM(3, 4, go_backwards="yes")
 
 
 def test_keras_stack_bidirectional_then_lstm():

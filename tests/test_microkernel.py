@@ -199,3 +199,5 @@ def test_copy_transposed_moves_the_bits_of_any_strided_view(dtype):
             assert (big[outside] == 7).all()  # nothing written outside the view
     with pytest.raises(ValueError, match="expected"):
         copy_transposed(np.zeros((2, 3), dtype), np.zeros((2, 3), dtype))
+    with pytest.raises(ValueError, match="expected"):
+        copy_transposed(np.zeros((2, 3), dtype), np.zeros((3, 2), np.int8))

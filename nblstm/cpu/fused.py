@@ -557,13 +557,7 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
     numpy.ndarray
         ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past ``seq_len_max``.
     """
-    steps, batch, _ = x.shape
-    if seq_len_max == 0 or batch == 0:
-        block = pool.empty((7, steps, batch, cs_prev.shape[1]), x.dtype)
-        block[:] = 0
-        return block
-    with kernel_section():
-        weights = ForwardWeights(w, batch, options.layout)
+    weights = ForwardWeights(w, max(x.shape[1], 1), options.layout)
     # The options as kernel scalars: here only. Whether the clip is on is decided in the compute
     # dtype (a bound that rounds to 0 there turns it off); the kernel takes the bound as a float.
     clip, clip_on = clip_scalars(options.cell_clip, x.dtype.type, positive=True)

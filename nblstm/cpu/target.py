@@ -181,8 +181,7 @@ def _packed_weights(weights, cache, ct, input_depth, batch):
     key = ("cpu", ct.str, cell_chunk_bounds(max(batch, 1), units).tobytes())
     packed = cache.get(key)
     if packed is None:
-        converted = {k: writable_alias(np.ascontiguousarray(a, ct)) for k, a in weights.items()}
-        packed = cache[key] = cell.PackedWeights(converted, input_depth, batch)
+        packed = cache[key] = cell.PackedWeights(_in_compute_dtype(weights, ct), input_depth, batch)
     return packed
 
 
@@ -195,9 +194,13 @@ def _fused_weights(weights, cache, ct, batch):
            fused_projection(max(batch, 1), kernel.shape[0] - units, ct))
     found = cache.get(key)
     if found is None:
-        converted = {k: writable_alias(np.ascontiguousarray(a, ct)) for k, a in weights.items()}
-        found = cache[key] = cell.FusedWeights(converted, batch)
+        found = cache[key] = cell.FusedWeights(_in_compute_dtype(weights, ct), batch)
     return found
+
+
+def _in_compute_dtype(weights, ct):
+    """The cell's weights as the kernels read them: C-contiguous, writable, of the compute dtype ``ct``."""
+    return {k: writable_alias(np.ascontiguousarray(a, ct)) for k, a in weights.items()}
 
 
 def _state(c, h, dtype, join_state):
