@@ -84,7 +84,7 @@ def test_every_cell_kernel_compiles_to_ptx(dtype, target_cc):
     sigs = catalog.signatures(dtype, "cell")
     assert {"forward_step", "project_step", "backward_h_step", "backward_units_step", "cell_forward_resident",
             "cell_backward_resident", "masked_outputs", "write_state", "gather_rows", "scatter_add_rows", "swap01",
-            "place_columns", "take_columns", "add3", "mul3"} == {name for name, _, _ in sigs}
+            "flip0", "place_columns", "take_columns", "add3", "mul3"} == {name for name, _, _ in sigs}
     for _ in _compiled(sigs, dtype, target_cc):  # every activation's maths included
         pass
 
