@@ -26,6 +26,7 @@ which LLVM vectorizes where ``expf`` and ``tanhf`` are library calls.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -38,6 +39,7 @@ from ._jit import GATE_MATHS
 __all__ = [
     "ACTIVATIONS",
     "GATE_BLOCKS",
+    "KernelOptions",
     "SELU_ALPHA",
     "SELU_SCALE",
     "activation",
@@ -52,6 +54,8 @@ __all__ = [
     "forward_unit",
     "sigmoid",
     "tanh",
+    "unit_options",
+    "UnitOptions",
 ]
 
 #: Gate layouts: the position (0..3) of each gate's block in the 4H columns.
@@ -60,6 +64,54 @@ GATE_BLOCKS = {
     "icfo": (0, 1, 2, 3),
     "ifco": (0, 2, 1, 3),
 }
+
+
+class KernelOptions(NamedTuple):
+    """The options of one call as the kernels of both targets take them: one record of scalars.
+
+    Built on the host, once per call and target (Python ``float``, ``bool``
+    and ``int``, so that one compiled kernel serves every value); a kernel
+    turns it into the :class:`UnitOptions` of its compute type
+    (:func:`unit_options`). Bounds apply only where their flag is set.
+    """
+
+    #: Added to the forget gate's pre-activation.
+    forget_bias: float
+    #: Bound of the cell state, ``>= 0``.
+    cell_clip: float
+    clip_on: bool
+    #: Bound of the projection's output, ``>= 0`` (the cell with a projection only).
+    proj_clip: float
+    proj_clip_on: bool
+    #: Activation code (:data:`ACTIVATIONS`) plus 16 times the gate function's
+    #: (``CellOptions.kernel_code``); 0 for the fused ops (tanh and sigmoid).
+    act: int
+    use_peepholes: bool
+    #: The cell has a projection (``P = num_proj``).
+    has_proj: bool
+
+
+class UnitOptions(NamedTuple):
+    """What the unit functions read of the options, in the compute type (:func:`unit_options`)."""
+
+    forget_bias: float
+    cell_clip: float
+    clip_on: bool
+    act: int
+    use_peepholes: bool
+    #: The number 1 in the compute type (no Python literal promotes float32 arithmetic).
+    one: float
+
+
+@njit(inline="always")
+def unit_options(options, one, act):
+    """The :class:`UnitOptions` of ``options`` (:class:`KernelOptions`) in the type of ``one``.
+
+    ``act`` replaces ``options.act``: a kernel passes the constant 0 in its
+    tanh copy of the gate maths, so that the activation folds away there.
+    """
+    return UnitOptions(cast_like(options.forget_bias, one), cast_like(options.cell_clip, one), options.clip_on, act,
+                       options.use_peepholes, one)
 
 
 # Rational approximation of tanh for float32: tanh(x) ~ x P(x^2) / Q(x^2) on
@@ -280,7 +332,7 @@ def clip_value_grad(x, bound, active, one):
 
 
 @njit(inline="always")
-def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, one):
+def forward_unit(a_i, a_c, a_f, a_o, c_prev, peepholes, unit):
     """Forward of one hidden unit for one step.
 
     Parameters
@@ -290,16 +342,12 @@ def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_cl
         the output gate: the unit's entries of ``[x, h_prev] @ w + b``.
     c_prev : scalar
         The unit's previous (clipped) cell state.
-    wci, wcf, wco : scalar
-        The unit's peephole weights; read only when ``use_peephole``.
-    forget_bias : scalar
-        Added to ``a_f`` inside the sigmoid.
-    cell_clip : scalar
-        Clip bound of the cell state, ``> 0``; used only when ``clip_on``.
-    clip_on : bool
-    use_peephole : bool
-    one : scalar
-        The number 1 in the compute type.
+    peepholes : tuple
+        The unit's peephole weights ``(wci, wcf, wco)``; read only with ``unit.use_peepholes``.
+    unit : UnitOptions
+        ``forget_bias`` is added to ``a_f`` inside the sigmoid; the cell
+        state is clipped to ``cell_clip`` when ``clip_on``; ``act`` is not
+        read (tanh).
 
     Returns
     -------
@@ -307,22 +355,24 @@ def forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_cl
         ``(i, ci, f, o, cs, co, h)``: gates after their nonlinearity, the
         clipped cell state, ``tanh(cs)`` and the output.
     """
-    if use_peephole:
+    wci, wcf, wco = peepholes
+    one = unit.one
+    if unit.use_peepholes:
         a_i = a_i + wci * c_prev
         a_f = a_f + wcf * c_prev
     i = sigmoid(a_i, one)
     ci = tanh(a_c)
-    f = sigmoid(a_f + forget_bias, one)
-    cs = clip_value(i * ci + f * c_prev, cell_clip, clip_on)
+    f = sigmoid(a_f + unit.forget_bias, one)
+    cs = clip_value(i * ci + f * c_prev, unit.cell_clip, unit.clip_on)
     co = tanh(cs)
-    if use_peephole:
+    if unit.use_peepholes:
         a_o = a_o + wco * cs
     o = sigmoid(a_o, one)
     return i, ci, f, o, cs, co, o * co
 
 
 @njit(inline="always")
-def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole, one):
+def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, peepholes, unit):
     """Backward of one hidden unit for one step, from the saved forward outputs.
 
     Clipping of the cell state is treated as the identity (straight-through),
@@ -339,11 +389,10 @@ def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peep
         The step's saved forward outputs.
     c_prev : scalar
         The previous cell state the step read.
-    wci, wcf, wco : scalar
-        Peephole weights; read only when ``use_peephole``.
-    use_peephole : bool
-    one : scalar
-        The number 1 in the compute type.
+    peepholes : tuple
+        ``(wci, wcf, wco)``; read only with ``unit.use_peepholes``.
+    unit : UnitOptions
+        Only ``use_peepholes`` and ``one`` are read.
 
     Returns
     -------
@@ -351,15 +400,17 @@ def backward_unit(dh, dcs_next, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peep
         ``(di, dci, df, do, dc_prev)``: gradients of the four gate
         pre-activations and of the previous cell state.
     """
+    wci, wcf, wco = peepholes
+    one = unit.one
     do = o * (one - o) * dh * co
     dcs = (one - co * co) * dh * o + dcs_next
-    if use_peephole:
+    if unit.use_peepholes:
         dcs = dcs + do * wco
     dci = (one - ci * ci) * dcs * i
     df = f * (one - f) * dcs * c_prev
     di = i * (one - i) * dcs * ci
     dc_prev = dcs * f
-    if use_peephole:
+    if unit.use_peepholes:
         dc_prev = dc_prev + di * wci + df * wcf
     return di, dci, df, do, dc_prev
 
@@ -487,9 +538,7 @@ def activation_grad(code, y, one):
 
 
 @njit(inline="always")
-def cell_forward_unit(
-    a_i, a_j, a_f, a_o, c_prev, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act, use_peepholes, one
-):
+def cell_forward_unit(a_i, a_j, a_f, a_o, c_prev, peepholes, unit):
     """Forward of one hidden unit of TF1 ``LSTMCell`` for one step (before the projection).
 
     Parameters
@@ -498,18 +547,13 @@ def cell_forward_unit(
         The unit's entries of ``[inputs, h_prev] @ kernel + bias`` (ICFO blocks).
     c_prev : scalar
         The unit's previous cell state.
-    w_i, w_f, w_o : scalar
-        Peephole weights ``w_i_diag, w_f_diag, w_o_diag``; read only with ``use_peepholes``.
-    forget_bias : scalar
-    cell_clip : scalar
-        Clip bound, ``>= 0``; used only when ``clip_on``.
-    clip_on : bool
-    act : int
-        Activation code (:data:`ACTIVATIONS`) for ``j`` and the cell output,
-        plus 16 times the gate function's code (0: sigmoid, 1: hard sigmoid).
-    use_peepholes : bool
-    one : scalar
-        The number 1 in the compute type.
+    peepholes : tuple
+        Peephole weights ``(w_i_diag, w_f_diag, w_o_diag)``; read only with ``unit.use_peepholes``.
+    unit : UnitOptions
+        ``act`` is the activation code (:data:`ACTIVATIONS`) for ``j`` and
+        the cell output, plus 16 times the gate function's code (0:
+        sigmoid, 1: hard sigmoid); the cell is clipped to ``cell_clip``
+        (``>= 0``) when ``clip_on``.
 
     Returns
     -------
@@ -518,17 +562,19 @@ def cell_forward_unit(
         (``j`` after ``act``), the cell before and after clipping, ``act(c)``
         and the unit's output before the projection ``r = o * act(c)``.
     """
-    gate = act // 16  # the kernels' code: activation + 16 * gate function (CellOptions.kernel_code)
-    act = act % 16
-    if use_peepholes:
+    w_i, w_f, w_o = peepholes
+    one = unit.one
+    gate = unit.act // 16  # the kernels' code: activation + 16 * gate function (CellOptions.kernel_code)
+    act = unit.act % 16
+    if unit.use_peepholes:
         a_i = a_i + w_i * c_prev
         a_f = a_f + w_f * c_prev
     i = _gate(gate, a_i, one)
     j = activation(act, a_j, one)
-    f = _gate(gate, a_f + forget_bias, one)
+    f = _gate(gate, a_f + unit.forget_bias, one)
     c_raw = f * c_prev + i * j
-    c = clip_value(c_raw, cell_clip, clip_on)
-    if use_peepholes:
+    c = clip_value(c_raw, unit.cell_clip, unit.clip_on)
+    if unit.use_peepholes:
         a_o = a_o + w_o * c
     o = _gate(gate, a_o, one)
     ac = activation(act, c, one)
@@ -544,9 +590,7 @@ def _gate(gate, x, one):
 
 
 @njit(inline="always")
-def cell_backward_unit(
-    dr, dc_next, i, j, f, o, c_raw, ac, c_prev, w_i, w_f, w_o, cell_clip, clip_on, act, use_peepholes, one
-):
+def cell_backward_unit(dr, dc_next, i, j, f, o, c_raw, ac, c_prev, peepholes, unit):
     """Backward of one hidden unit of TF1 ``LSTMCell`` for one step, from the saved forward values.
 
     Unlike the fused ops, clipping of the cell has its true gradient: zero
@@ -561,12 +605,9 @@ def cell_backward_unit(
     i, j, f, o, c_raw, ac : scalar
         Saved forward values (:func:`cell_forward_unit`).
     c_prev : scalar
-    w_i, w_f, w_o : scalar
-    cell_clip : scalar
-    clip_on : bool
-    act : int
-    use_peepholes : bool
-    one : scalar
+    peepholes : tuple
+    unit : UnitOptions
+        As :func:`cell_forward_unit`'s (``forget_bias`` is not read).
 
     Returns
     -------
@@ -574,16 +615,18 @@ def cell_backward_unit(
         ``(di, dj, df, do, dc_prev)``: gradients of the four gate
         pre-activations and of the previous cell state.
     """
-    gate = act // 16
-    act = act % 16
+    w_i, w_f, w_o = peepholes
+    one = unit.one
+    gate = unit.act // 16
+    act = unit.act % 16
     if gate == 0:  # sigmoid: its derivative y (1 - y), in this order of products
         do = dr * ac * o * (one - o)
     else:
         do = dr * ac * activation_grad(_GATE_ACTIVATION[1], o, one)
     dc = dc_next + dr * o * activation_grad(act, ac, one)
-    if use_peepholes:
+    if unit.use_peepholes:
         dc = dc + do * w_o
-    dc = dc * clip_value_grad(c_raw, cell_clip, clip_on, one)
+    dc = dc * clip_value_grad(c_raw, unit.cell_clip, unit.clip_on, one)
     dj = dc * i * activation_grad(act, j, one)
     if gate == 0:
         di = dc * j * i * (one - i)
@@ -592,6 +635,6 @@ def cell_backward_unit(
         di = dc * j * activation_grad(_GATE_ACTIVATION[1], i, one)
         df = dc * c_prev * activation_grad(_GATE_ACTIVATION[1], f, one)
     dc_prev = dc * f
-    if use_peepholes:
+    if unit.use_peepholes:
         dc_prev = dc_prev + di * w_i + df * w_f
     return di, dj, df, do, dc_prev

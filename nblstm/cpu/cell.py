@@ -58,7 +58,7 @@ from numba import njit
 
 from .._jit import KERNEL
 from ..options import OpOptions, clip_scalars
-from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
+from ..spec import UnitOptions, cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 from . import microkernel, pool, regroup, sync, threads
 from .blas import kernel_section
 from .fused import BackwardWeights, ForwardWeights
@@ -134,7 +134,8 @@ def forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, cli
             g[jj] + pre[jj] + bk[jj], g[uk + jj] + pre[uk + jj] + bk[uk + jj],
             g[2 * uk + jj] + pre[2 * uk + jj] + bk[2 * uk + jj],
             g[3 * uk + jj] + pre[3 * uk + jj] + bk[3 * uk + jj],
-            c_src[jj], w_ik[jj], w_fk[jj], w_ok[jj], forget_bias, cell_clip, clip_on, act, use_peepholes, one,
+            c_src[jj], (w_ik[jj], w_fk[jj], w_ok[jj]),
+            UnitOptions(forget_bias, cell_clip, clip_on, act, use_peepholes, one),
         )
         pre[jj] = i
         pre[uk + jj] = j_gate
@@ -420,7 +421,7 @@ def _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, 
             c_prev = c_src[jj]
             di, dj, df, do, dc_prev = cell_backward_unit(
                 dr[jj], dc_r[jj], dg[jj], dg[uk + jj], dg[2 * uk + jj], dg[3 * uk + jj], c_raw_r[jj], ac_r[jj], c_prev,
-                w_ik[jj], w_fk[jj], w_ok[jj], cell_clip, clip_on, act, use_peepholes, one,
+                (w_ik[jj], w_fk[jj], w_ok[jj]), UnitOptions(one - one, cell_clip, clip_on, act, use_peepholes, one),
             )
             dg[jj] = di
             dg[uk + jj] = dj

@@ -56,7 +56,7 @@ from numba import njit
 
 from .._jit import KERNEL
 from ..options import clip_scalars
-from ..spec import backward_unit, forward_unit
+from ..spec import UnitOptions, backward_unit, forward_unit
 from . import microkernel, pool, sync, threads
 from .blas import kernel_section
 from .gemm import gemm_rows, gemm_tn
@@ -187,7 +187,7 @@ def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_pre
         for j in range(uk):
             i, ci, f, o, cs, co, h = forward_unit(
                 gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
-                c_src[j], pi[j], pf[j], po[j], forget_bias, cell_clip, clip_on, use_peephole, one,
+                c_src[j], (pi[j], pf[j], po[j]), UnitOptions(forget_bias, cell_clip, clip_on, 0, use_peephole, one),
             )
             i_r[j] = i
             ci_r[j] = ci
@@ -353,7 +353,7 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
             c_prev = c_src[j]
             di, dci, df, do, dc_prev = backward_unit(
                 hg_r[j] + dh_r[j], cg_r[j] + dc_r[j], i_r[j], ci_r[j], f_r[j], o_r[j], co_r[j], c_prev,
-                pi[j], pf[j], po[j], use_peephole, one,
+                (pi[j], pf[j], po[j]), UnitOptions(one - one, one - one, False, 0, use_peephole, one),
             )
             dgi[j] = di
             dgc[j] = dci

@@ -19,7 +19,7 @@ kernel, as for the fused ops.
 
 from numba import cuda
 
-from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
+from ..spec import UnitOptions, cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 from .config import SB, SJ
 from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, SCALAR, kernel
 from .tiles import gate_dots, next_step_dot, row_dot
@@ -48,8 +48,8 @@ def cell_unit_at(t, b, j, a_i, a_j, a_f, a_o, gates, c0, h0, lengths, w_i, w_f, 
     if t < lengths[b]:
         i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
             a_i + gates[t, b, j], a_j + gates[t, b, units + j], a_f + gates[t, b, 2 * units + j],
-            a_o + gates[t, b, 3 * units + j], c_prev, w_i[j], w_f[j], w_o[j], forget_bias, cell_clip,
-            clip_on, act, use_peepholes, one,
+            a_o + gates[t, b, 3 * units + j], c_prev, (w_i[j], w_f[j], w_o[j]),
+            UnitOptions(forget_bias, cell_clip, clip_on, act, use_peepholes, one),
         )
         gates[t, b, j] = i
         gates[t, b, units + j] = j_gate
@@ -87,8 +87,8 @@ def cell_backward_at(t, b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_
         c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
         di, dj, df, do, dc_prev = cell_backward_unit(
             dr, dc[b, j], gates[t, b, j], gates[t, b, units + j], gates[t, b, 2 * units + j],
-            gates[t, b, 3 * units + j], cells[0, t, b, j], cells[2, t, b, j], c_prev, w_i[j], w_f[j],
-            w_o[j], cell_clip, clip_on, act, use_peepholes, one,
+            gates[t, b, 3 * units + j], cells[0, t, b, j], cells[2, t, b, j], c_prev, (w_i[j], w_f[j], w_o[j]),
+            UnitOptions(one - one, cell_clip, clip_on, act, use_peepholes, one),
         )
         dgates[t, b, j] = di
         dgates[t, b, units + j] = dj

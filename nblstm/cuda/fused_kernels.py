@@ -10,7 +10,7 @@ functions the CPU kernels run.
 
 from numba import cuda
 
-from ..spec import backward_unit, forward_unit
+from ..spec import UnitOptions, backward_unit, forward_unit
 from .config import SB, SJ
 from .registry import A1, A2, A3, A4, BOOL, I64, SCALAR, kernel
 from .tiles import gate_dots, next_step_dot
@@ -29,8 +29,8 @@ def forward_unit_at(t, b, j, pre_i, pre_c, pre_f, pre_o, cs_prev, wci, wcf, wco,
     forward loop (tiled, resident, per-step GEMM) ends in this function.
     """
     c_prev = cs_prev[b, j] if t == 0 else out[1, t - 1, b, j]
-    i, ci, f, o, cs, co, h = forward_unit(pre_i, pre_c, pre_f, pre_o, c_prev, wci[j], wcf[j], wco[j], forget_bias,
-                                          cell_clip, clip_on, use_peephole, one)
+    i, ci, f, o, cs, co, h = forward_unit(pre_i, pre_c, pre_f, pre_o, c_prev, (wci[j], wcf[j], wco[j]),
+                                          UnitOptions(forget_bias, cell_clip, clip_on, 0, use_peephole, one))
     out[0, t, b, j] = i
     out[1, t, b, j] = cs
     out[2, t, b, j] = f
@@ -49,7 +49,7 @@ def backward_unit_at(t, b, j, dh, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, w
     c_prev = cs_prev[b, j] if t == 0 else cs_[t - 1, b, j]
     di, dci, df, do, dc_prev = backward_unit(
         dh, cs_grad[t, b, j] + dc[b, j], i_[t, b, j], ci_[t, b, j], f_[t, b, j], o_[t, b, j], co_[t, b, j], c_prev,
-        wci[j], wcf[j], wco[j], use_peephole, one,
+        (wci[j], wcf[j], wco[j]), UnitOptions(one - one, one - one, False, 0, use_peephole, one),
     )
     dgates[t, b, bi * units + j] = di
     dgates[t, b, bc * units + j] = dci

@@ -38,7 +38,7 @@ from numba.extending import intrinsic, type_callable
 from .._jit import KERNEL
 from .._validate import check_bool, check_real, check_seq_len_max
 from ..cpu import microkernel
-from ..spec import backward_unit, forward_unit
+from ..spec import UnitOptions, backward_unit, forward_unit
 
 __all__ = [
     "ICFO",
@@ -242,7 +242,7 @@ def _units(g, bias, c_prev, wci, wcf, wco, fb, clip, clip_on, use_peephole, layo
         pf = wcf[u] if use_peephole else zero
         po = wco[u] if use_peephole else zero
         i, ci, f, o, cs, co, h = forward_unit(gi[u] + si[u], gc[u] + sc[u], gf[u] + sf[u], go[u] + so[u], c_prev[u],
-                                              pi, pf, po, fb, clip, clip_on, use_peephole, one)
+                                              (pi, pf, po), UnitOptions(fb, clip, clip_on, 0, use_peephole, one))
         cs_[u] = cs
         h_[u] = h
         if save:
@@ -273,7 +273,8 @@ def _units_grad(c_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, dh, dc_in, w
         pf = wcf[u] if use_peephole else zero
         po = wco[u] if use_peephole else zero
         di, dci, df, do, dc_prev = backward_unit(h_grad[u] + dh[u], cs_grad[u] + dc_in[u], i_[u], ci_[u], f_[u], o_[u],
-                                                 co_[u], c_prev[u], pi, pf, po, use_peephole, one)
+                                                 co_[u], c_prev[u], (pi, pf, po),
+                                                 UnitOptions(zero, zero, False, 0, use_peephole, one))
         di_[u] = di
         dc_[u] = dci
         df_[u] = df

@@ -25,7 +25,7 @@ fused multiply-adds, as the CPU functions do.
 
 from numba import cuda, njit
 
-from ..spec import backward_unit, cast_like, fma, forward_unit
+from ..spec import UnitOptions, backward_unit, cast_like, fma, forward_unit
 from .cpu import ICFO, IFCO, layout_code
 
 __all__ = [
@@ -65,8 +65,8 @@ def _unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, use
     if not use_peephole:  # not read: TensorFlow's semantics (a non-finite weight has no effect)
         wci = wcf = wco = zero
     clip = cast_like(cell_clip, one)
-    return forward_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, cast_like(forget_bias, one), clip, clip > zero,
-                        use_peephole, one)
+    return forward_unit(a_i, a_c, a_f, a_o, c_prev, (wci, wcf, wco),
+                        UnitOptions(cast_like(forget_bias, one), clip, clip > zero, 0, use_peephole, one))
 
 
 @njit(inline="always")
@@ -74,7 +74,8 @@ def _unit_grad(dh, dcs, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole, on
     if not use_peephole:
         zero = one - one
         wci = wcf = wco = zero
-    return backward_unit(dh, dcs, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole, one)
+    return backward_unit(dh, dcs, i, ci, f, o, co, c_prev, (wci, wcf, wco),
+                         UnitOptions(one - one, one - one, False, 0, use_peephole, one))
 
 
 @cuda.jit(device=True)
