@@ -2,9 +2,10 @@
 
 The public functions take their options as keyword arguments with
 TensorFlow's names and conventions; :mod:`nblstm.ops` and the cell validate
-them and pass one record to the target, which unpacks it into kernel
-scalars in one place (:func:`clip_scalars`). Records are named tuples: they
-are immutable, and cheap to build on every call.
+them and pass one record to the target. The kernels of both targets take
+the options of a call as one record of scalars, :class:`KernelOptions`,
+built here only (``OpOptions.kernel_options``, ``CellOptions.kernel_options``).
+Records are named tuples: they are immutable, and cheap to build on every call.
 
 One clip convention everywhere below the public boundary: a bound is
 ``None`` (no clipping) or a float ``>= 0`` (clip to ``[-bound, bound]``;
@@ -15,8 +16,8 @@ turns clipping off" (TensorFlow's), is converted to it at the boundary by
 
 from typing import NamedTuple
 
-__all__ = ["ACTIVATION_NAMES", "GATE_FUNCTIONS", "PRECISIONS", "CellOptions", "OpOptions", "clip_scalars",
-           "op_cell_clip"]
+__all__ = ["ACTIVATION_NAMES", "GATE_FUNCTIONS", "PRECISIONS", "CellOptions", "KernelOptions", "OpOptions",
+           "clip_scalars", "op_cell_clip"]
 
 #: Activation names of ``j`` and the cell output (Keras names), in the order of their codes in
 #: ``nblstm.spec.ACTIVATIONS`` (not imported here: it imports numba; a test checks that the two agree).
@@ -28,6 +29,41 @@ GATE_FUNCTIONS = ("sigmoid", "hard_sigmoid")
 #: The values of ``precision``: the arithmetic of the large matrix products on the GPU
 #: (:mod:`nblstm.cuda.blas`). ``"exact"`` everywhere; the others on GPUs with cuBLAS, for float32 computation.
 PRECISIONS = ("exact", "tf32", "fp16")
+
+
+class KernelOptions(NamedTuple):
+    """The options of one call as the kernels of both targets take them: one record of scalars.
+
+    Python ``float``, ``bool`` and ``int`` (numba types them as float64,
+    bool and int64), so that one compiled kernel serves every value. A
+    kernel turns it into the unit functions' options in its compute type
+    (:func:`nblstm.spec.unit_options`). A bound applies only where its flag
+    is set.
+
+    Attributes
+    ----------
+    forget_bias : float
+    cell_clip : float
+        Bound of the cell state, ``>= 0``.
+    clip_on : bool
+    proj_clip : float
+        Bound of the projection's output (the cell with a projection only).
+    proj_clip_on : bool
+    act : int
+        ``CellOptions.kernel_code``; 0 (tanh and sigmoid) for the fused ops.
+    use_peepholes : bool
+    has_proj : bool
+        The cell has a projection.
+    """
+
+    forget_bias: float
+    cell_clip: float
+    clip_on: bool
+    proj_clip: float
+    proj_clip_on: bool
+    act: int
+    use_peepholes: bool
+    has_proj: bool
 
 
 class OpOptions(NamedTuple):
@@ -51,6 +87,15 @@ class OpOptions(NamedTuple):
     use_peephole: bool = False
     layout: str = "ifco"
     precision: str = "exact"
+
+    def kernel_options(self, scalar):
+        """The kernels' record (:class:`KernelOptions`) for the compute type ``scalar`` (``numpy.float32`` ...).
+
+        Whether the clip is on is decided in that type (:func:`clip_scalars`'s ``positive`` rule).
+        """
+        clip, clip_on = clip_scalars(self.cell_clip, scalar, positive=True)
+        return KernelOptions(float(self.forget_bias), float(clip), clip_on, 0.0, False, 0, bool(self.use_peephole),
+                             False)
 
 
 class CellOptions(NamedTuple):
@@ -77,6 +122,12 @@ class CellOptions(NamedTuple):
     activation: int = 0
     gate: int = 0
     precision: str = "exact"
+
+    def kernel_options(self, has_proj, use_peepholes):
+        """The kernels' record (:class:`KernelOptions`); ``proj_clip`` applies only with a projection."""
+        return KernelOptions(float(self.forget_bias), *clip_scalars(self.cell_clip),
+                             *clip_scalars(self.proj_clip if has_proj else None), self.kernel_code(),
+                             bool(use_peepholes), bool(has_proj))
 
     def kernel_code(self):
         """The one integer the kernels take: the activation code plus 16 times the gate code

@@ -39,7 +39,6 @@ from ._jit import GATE_MATHS
 __all__ = [
     "ACTIVATIONS",
     "GATE_BLOCKS",
-    "KernelOptions",
     "SELU_ALPHA",
     "SELU_SCALE",
     "activation",
@@ -66,31 +65,6 @@ GATE_BLOCKS = {
 }
 
 
-class KernelOptions(NamedTuple):
-    """The options of one call as the kernels of both targets take them: one record of scalars.
-
-    Built on the host, once per call and target (Python ``float``, ``bool``
-    and ``int``, so that one compiled kernel serves every value); a kernel
-    turns it into the :class:`UnitOptions` of its compute type
-    (:func:`unit_options`). Bounds apply only where their flag is set.
-    """
-
-    #: Added to the forget gate's pre-activation.
-    forget_bias: float
-    #: Bound of the cell state, ``>= 0``.
-    cell_clip: float
-    clip_on: bool
-    #: Bound of the projection's output, ``>= 0`` (the cell with a projection only).
-    proj_clip: float
-    proj_clip_on: bool
-    #: Activation code (:data:`ACTIVATIONS`) plus 16 times the gate function's
-    #: (``CellOptions.kernel_code``); 0 for the fused ops (tanh and sigmoid).
-    act: int
-    use_peepholes: bool
-    #: The cell has a projection (``P = num_proj``).
-    has_proj: bool
-
-
 class UnitOptions(NamedTuple):
     """What the unit functions read of the options, in the compute type (:func:`unit_options`)."""
 
@@ -105,7 +79,7 @@ class UnitOptions(NamedTuple):
 
 @njit(inline="always")
 def unit_options(options, one, act):
-    """The :class:`UnitOptions` of ``options`` (:class:`KernelOptions`) in the type of ``one``.
+    """The :class:`UnitOptions` of ``options`` (:class:`nblstm.options.KernelOptions`) in the type of ``one``.
 
     ``act`` replaces ``options.act``: a kernel passes the constant 0 in its
     tanh copy of the gate maths, so that the activation folds away there.
