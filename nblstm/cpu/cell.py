@@ -53,12 +53,14 @@ Chunk ``k`` holds the units ``u0 = bounds[k] .. u1 - 1`` (``uk`` of them);
 the packed arrays.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
 from .._jit import KERNEL
-from ..options import OpOptions, clip_scalars
-from ..spec import UnitOptions, cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
+from ..options import OpOptions
+from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad, unit_options
 from . import microkernel, pool, regroup, sync, threads
 from .blas import kernel_section
 from .fused import BackwardWeights, ForwardWeights
@@ -70,6 +72,10 @@ from .pack import pack_chunks
 from .partition import MIN_PARALLEL_PACK, block_bounds, call_threads, cell_chunk_bounds, column_offsets, row_bounds
 
 __all__ = [
+    "CellGrads",
+    "CellInputs",
+    "CellSaved",
+    "CellWeights",
     "FusedWeights",
     "PackedWeights",
     "backward_kernel",
@@ -115,27 +121,123 @@ def packed_order(matrix, bounds):
     return np.concatenate(runs, axis=-1)
 
 
+# The kernels' records: the arrays of a call grouped by what they are, so that
+# a worker takes a dozen parameters (a record costs about 0.1 us of dispatch
+# per array in it, measured: a few us a call).
+class CellInputs(NamedTuple):
+    """The inputs of a call: ``x2d [T * B, I]`` (C-contiguous), ``rows [R + 1]`` int64 the row blocks of the input
+    projection (:func:`~nblstm.cpu.partition.row_bounds`), ``c0 [B, H]``, ``h0 [B, P]``, ``lengths [B]`` int64
+    (``0 <= lengths[b] <= T``)."""
+
+    x2d: np.ndarray
+    rows: np.ndarray
+    c0: np.ndarray
+    h0: np.ndarray
+    lengths: np.ndarray
+
+
+class CellWeights(NamedTuple):
+    """The packed weights as the kernels read them (:attr:`PackedWeights.record`).
+
+    Attributes
+    ----------
+    w_x : [I, 4H] C-contiguous array
+        Packed input weights.
+    bias : [4H] array
+        Packed bias.
+    w_rec : [P * rec_off[K]] array
+        Packed recurrent weights, chunk after chunk from ``P * rec_off[k]``,
+        in the micro-kernel's panels.
+    bounds : [K + 1] int64 array
+        Chunks of hidden units.
+    rec_off : [K + 1] int64 array
+        Where each chunk's columns start in ``w_rec`` and the forward's ``work``.
+    w_proj : [H * P] array
+        Projection weights, column chunk after column chunk, each a C-ordered
+        ``[H, pk]`` block (empty without a projection).
+    proj_bounds : [KP + 1] int64 array
+        Chunks of the ``P`` output-state columns; ``bounds`` without a projection.
+    peepholes : tuple of 3 [H] arrays
+        ``w_i, w_f, w_o`` (read only with ``use_peepholes``).
+    w_rec_t : [4H * rt_off[KP]] array
+        Packed transposed recurrent weights, column chunk after column chunk
+        (``proj_bounds``) from ``4H * rt_off[k]``, in the micro-kernel's panels.
+    rt_off : [KP + 1] int64 array
+        Where each column chunk starts in ``w_rec_t`` and the backward's ``proj_work``.
+    w_proj_t : [P * H] array
+        Transposed projection weights, unit chunk after unit chunk, each a
+        C-ordered ``[P, uk]`` block (empty without a projection).
+    """
+
+    w_x: np.ndarray
+    bias: np.ndarray
+    w_rec: np.ndarray
+    bounds: np.ndarray
+    rec_off: np.ndarray
+    w_proj: np.ndarray
+    proj_bounds: np.ndarray
+    peepholes: tuple
+    w_rec_t: np.ndarray
+    rt_off: np.ndarray
+    w_proj_t: np.ndarray
+
+
+class CellSaved(NamedTuple):
+    """The forward's saved values, what the backward reads.
+
+    ``gates [T, B, 4H]`` C-contiguous (packed ``i, j, f, o`` after their
+    nonlinearities, zero past the lengths; also the workspace of the input
+    projection, and in the backward the gate gradients), ``c_raw, c, ac, r
+    [T, B, H]`` the cell before and after clipping (the carried state),
+    ``act(c)`` and ``r = o * act(c)``, ``h_raw [T, B, P]`` the projection
+    before ``proj_clip`` (unused without a projection), ``h [T, B, P]`` the
+    carried output state (the same array as ``r`` without a projection).
+    """
+
+    gates: np.ndarray
+    c_raw: np.ndarray
+    c: np.ndarray
+    ac: np.ndarray
+    r: np.ndarray
+    h_raw: np.ndarray
+    h: np.ndarray
+
+
+class CellGrads(NamedTuple):
+    """The backward's outputs: ``dh_raw [T, B, P]`` the gradient of the projection before clipping (of ``r``
+    without one); ``dc [B, H]`` and ``dh [B, P]``, on entry the gradients of the final state, on exit those of
+    ``c0, h0``; ``peepholes`` the tuple of the ``[H]`` peephole gradients, zero on entry (accumulated only with
+    ``use_peepholes``)."""
+
+    dh_raw: np.ndarray
+    dc: np.ndarray
+    dh: np.ndarray
+    peepholes: tuple
+
+
 # ---------------------------------------------------------------------------
 # Forward
 # ---------------------------------------------------------------------------
 @njit(inline="always")
-def forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, clip_on, act, use_peepholes, one,
-                c_raw_r, c_r, ac_r, r_r):
+def forward_row(g, pre, bk, c_src, peepholes, unit, out):
     """The gate maths of one row of ``uk`` units, on 1-D views indexed from 0 (so that the loop vectorizes).
 
     ``g`` and ``pre`` hold the chunk's ``[i | j | f | o]`` recurrent and input
-    products (``4 uk`` each), ``bk`` its bias; ``pre`` gets the gates, and
-    ``c_raw_r, c_r, ac_r, r_r`` the unit's values. Also the streaming step's
-    (:mod:`nblstm.cpu.step`), so that both give the same bits.
+    products (``4 uk`` each), ``bk`` its bias, ``peepholes`` the tuple of the
+    chunk's ``[uk]`` peephole weights, ``unit`` the
+    :class:`~nblstm.spec.UnitOptions`; ``pre`` gets the gates, and the
+    ``[uk]`` views ``out = (c_raw, c, ac, r)`` the unit's values. Also the
+    streaming step's (:mod:`nblstm.cpu.step`), so that both give the same bits.
     """
     uk = c_src.shape[0]
+    w_ik, w_fk, w_ok = peepholes
+    c_raw_r, c_r, ac_r, r_r = out
     for jj in range(uk):
         i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
             g[jj] + pre[jj] + bk[jj], g[uk + jj] + pre[uk + jj] + bk[uk + jj],
             g[2 * uk + jj] + pre[2 * uk + jj] + bk[2 * uk + jj],
             g[3 * uk + jj] + pre[3 * uk + jj] + bk[3 * uk + jj],
-            c_src[jj], (w_ik[jj], w_fk[jj], w_ok[jj]),
-            UnitOptions(forget_bias, cell_clip, clip_on, act, use_peepholes, one),
+            c_src[jj], (w_ik[jj], w_fk[jj], w_ok[jj]), unit,
         )
         pre[jj] = i
         pre[uk + jj] = j_gate
@@ -148,26 +250,28 @@ def forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, cli
 
 
 @njit(inline="always")
-def _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, act,
-                  use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_):
-    """Gate maths of step ``t`` for the units ``u0..u1-1`` of every row (inlined: ``act`` may be a constant)."""
+def _forward_rows(t, u0, u1, gk, inputs, weights, unit, has_proj, saved):
+    """Gate maths of step ``t`` for the units ``u0..u1-1`` of every row (inlined: ``unit.act`` may be a constant)."""
+    c0, h0, lengths = inputs.c0, inputs.h0, inputs.lengths
+    gates, c_raw_, c_, ac_, r_, h_ = saved.gates, saved.c_raw, saved.c, saved.ac, saved.r, saved.h
+    w_i, w_f, w_o = weights.peepholes
     batch = gk.shape[0]
     uk = u1 - u0
-    zero = one - one
+    zero = unit.one - unit.one
     # Every row view below is sliced to the chunk, so that the loops index
     # it from 0 (a known non-negative index needs no wraparound: they vectorize).
     # Gates i, j, f, o of the chunk: columns jj, uk + jj, 2 uk + jj, 3 uk + jj
     # of its slice of a row of ``gates`` (and of ``bias``).
-    bk = bias[4 * u0:4 * u1]
-    w_ik, w_fk, w_ok = w_i[u0:u1], w_f[u0:u1], w_o[u0:u1]
+    bk = weights.bias[4 * u0:4 * u1]
+    peepholes = (w_i[u0:u1], w_f[u0:u1], w_o[u0:u1])
     for b in range(batch):
         g = gk[b]
         pre = gates[t, b, 4 * u0:4 * u1]
         c_src = c0[b, u0:u1] if t == 0 else c_[t - 1, b, u0:u1]
         c_raw_r, c_r, ac_r, r_r = c_raw_[t, b, u0:u1], c_[t, b, u0:u1], ac_[t, b, u0:u1], r_[t, b, u0:u1]
         if t < lengths[b]:
-            forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, clip_on, act, use_peepholes, one,
-                        c_raw_r, c_r, ac_r, r_r)  # r_r is also h without a projection (h_ is r_)
+            # r_r is also h without a projection (h_ is r_)
+            forward_row(g, pre, bk, c_src, peepholes, unit, (c_raw_r, c_r, ac_r, r_r))
         else:
             # Past the example's length the state is carried unchanged.
             for jj in range(4 * uk):
@@ -185,31 +289,37 @@ def _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, fo
 
 
 @njit(**KERNEL)
-def _forward_units(t, u0, u1, col0, col1, gates, bias, c0, h0, w_rec, work, lengths, w_i, w_f, w_o, forget_bias,
-                   cell_clip, clip_on, act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_):
-    """Step ``t`` of the units ``u0..u1-1`` (packed columns ``col0..col1-1``): recurrent GEMM, then the gate maths."""
-    batch = gates.shape[1]
+def _forward_units(t, k, inputs, weights, options, one, work, saved):
+    """Step ``t`` of the units of chunk ``k``: recurrent GEMM, then the gate maths."""
+    h0 = inputs.h0
+    u0, u1 = weights.bounds[k], weights.bounds[k + 1]
+    col0, col1 = weights.rec_off[k], weights.rec_off[k + 1]
+    batch = saved.gates.shape[1]
     depth = h0.shape[1]
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
-    h_src = h0 if t == 0 else h_[t - 1]
-    microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), depth, batch, w_rec, depth * col0, depth,
-                             width // microkernel.panel_width_of(w_rec), work, batch * col0, width, np.bool_(False))
-    if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
-        _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
-                      0, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_)
+    h_src = h0 if t == 0 else saved.h[t - 1]
+    microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), depth, batch, weights.w_rec, depth * col0, depth,
+                             width // microkernel.panel_width_of(weights.w_rec), work, batch * col0, width,
+                             np.bool_(False))
+    if options.act == 0:  # tanh, the default: a constant code, so the maths vectorizes
+        _forward_rows(t, u0, u1, gk, inputs, weights, unit_options(options, one, np.int64(0)), options.has_proj, saved)
     else:
-        _forward_rows(t, u0, u1, gk, gates, bias, lengths, c0, h0, w_i, w_f, w_o, forget_bias, cell_clip, clip_on,
-                      act, use_peepholes, has_proj, one, c_raw_, c_, ac_, r_, h_)
+        _forward_rows(t, u0, u1, gk, inputs, weights, unit_options(options, one, options.act), options.has_proj,
+                      saved)
 
 
 @njit(**KERNEL)
-def _forward_proj(t, p0, p1, r_, h0, w_proj, work, lengths, proj_clip, proj_clip_on, h_raw_, h_):
-    """Step ``t`` of the projected columns ``p0..p1-1``: ``h = clip(r @ projection)``."""
+def _forward_proj(t, k, inputs, weights, proj_clip, proj_clip_on, work, saved):
+    """Step ``t`` of the projected columns of chunk ``k``: ``h = clip(r @ projection)`` (``proj_clip`` in the
+    compute dtype)."""
+    h0, lengths = inputs.h0, inputs.lengths
+    r_, h_raw_, h_ = saved.r, saved.h_raw, saved.h
+    p0, p1 = weights.proj_bounds[k], weights.proj_bounds[k + 1]
     batch = r_.shape[1]
     units = r_.shape[2]
     pk = p1 - p0
-    wk = w_proj[units * p0:units * p1].reshape((units, pk))
+    wk = weights.w_proj[units * p0:units * p1].reshape((units, pk))
     gk = work[batch * p0:batch * p1].reshape((batch, pk))
     np.dot(r_[t], wk, gk)
     for b in range(batch):
@@ -226,57 +336,20 @@ def _forward_proj(t, p0, p1, r_, h0, w_proj, work, lengths, proj_clip, proj_clip
                 h_r[jj] = h_src[jj]
 
 
-def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds, lengths, w_i, w_f, w_o,
-                   forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj, work,
-                   proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_, project=True):
-    """The cell's forward pass over ``T = gates.shape[0]`` steps.
+def forward_kernel(inputs, weights, options, work, proj_work, saved, project=True):
+    """The cell's forward pass over ``T = saved.gates.shape[0]`` steps.
 
     Parameters
     ----------
-    x2d : [T * B, I] C-contiguous array
-        Inputs of all steps.
-    w_x : [I, 4H] C-contiguous array
-        Packed input weights.
-    rows : [R + 1] int64 array
-        Row blocks of the input projection (:func:`~nblstm.cpu.partition.row_bounds`).
-    c0 : [B, H] array
-    h0 : [B, P] array
-    bias : [4H] array
-        Packed bias.
-    w_rec : [P * rec_off[K]] array
-        Packed recurrent weights, chunk after chunk from ``P * rec_off[k]``,
-        in the micro-kernel's panels (:class:`PackedWeights`).
-    bounds : [K + 1] int64 array
-        Chunks of hidden units.
-    rec_off : [K + 1] int64 array
-        Where each chunk's columns start in ``w_rec`` and ``work``.
-    w_proj : [H * P] array
-        Projection weights, column chunk after column chunk, each a C-ordered
-        ``[H, pk]`` block (unused without a projection).
-    proj_bounds : [KP + 1] int64 array
-        Chunks of projected columns.
-    lengths : [B] int64 array
-        Per-example sequence lengths, ``0 <= lengths[b] <= T``.
-    w_i, w_f, w_o : [H] arrays
-        Peephole weights (read only with ``use_peepholes``).
-    forget_bias, cell_clip, proj_clip : float
-    clip_on, proj_clip_on, use_peepholes, has_proj : bool
-    act : int
-        Activation code.
+    inputs : CellInputs
+    weights : CellWeights
+    options : nblstm.options.KernelOptions
     work : [B * rec_off[K]] array
     proj_work : [B * P] array
         Workspaces of the per-step GEMMs.
-    gates : [T, B, 4H] C-contiguous array
-        Output: packed ``i, j, f, o`` after their nonlinearities (zero past
-        the lengths). Also the workspace of the input projection.
-    c_raw_, c_, ac_, r_ : [T, B, H] arrays
-        Output: cell before and after clipping (the carried state), ``act(c)``
-        and ``r = o * act(c)``.
-    h_raw_ : [T, B, P] array
-        Output: projection before ``proj_clip`` (unused without a projection).
-    h_ : [T, B, P] array
-        Output: the carried output state ``h``. Without a projection it is
-        the same array as ``r_``.
+    saved : CellSaved
+        Output, every element written. ``gates`` is also the workspace of the
+        input projection.
     project : bool, default True
         Compute the input projection into ``gates``; ``False``: ``gates``
         already holds it, in step order (:mod:`nblstm.schedule`).
@@ -284,17 +357,16 @@ def forward_kernel(x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
     # Stage 0 is the input projection (its row blocks), stage 1 + 2 t the
     # units of step t, stage 2 + 2 t its projection (every unit's r first).
     # The workers compile as serial code (nblstm.cpu.threads).
-    num_chunks = len(bounds) - 1
-    blocks = len(rows) - 1
-    steps = gates.shape[0]
+    num_chunks = len(weights.bounds) - 1
+    blocks = len(inputs.rows) - 1
+    steps = saved.gates.shape[0]
     claims, done = sync.counters(2 * steps + 1, max(num_chunks, blocks))
     workers = max(num_chunks, blocks)
-    batch, units = c0.shape
-    macs = steps * batch * 4 * units * (x2d.shape[1] + h0.shape[1]) + steps * batch * units * h0.shape[1] * has_proj
-    threads.run(forward_worker, (claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj,
-                                 proj_bounds, lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, proj_clip,
-                                 proj_clip_on, act, use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_,
-                                 r_, h_raw_, h_, np.bool_(project)), min(workers, call_threads(macs, workers)))
+    batch, units = inputs.c0.shape
+    depth = inputs.h0.shape[1]
+    macs = steps * batch * 4 * units * (inputs.x2d.shape[1] + depth) + steps * batch * units * depth * options.has_proj
+    threads.run(forward_worker, (claims, done, inputs, weights, options, work, proj_work, saved, np.bool_(project)),
+                min(workers, call_threads(macs, workers)))
 
 
 @njit(**KERNEL)
@@ -308,38 +380,33 @@ def projection_worker(w, claims, done, x2d, w_x, rows, pre2d):
 
 
 @njit(**KERNEL)
-def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds, rec_off, w_proj, proj_bounds,
-                   lengths, w_i, w_f, w_o, forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act,
-                   use_peepholes, has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_, project):
+def forward_worker(w, claims, done, inputs, weights, options, work, proj_work, saved, project):
     """Worker ``w``'s part of :func:`forward_kernel`: the chunks it claims (:mod:`nblstm.cpu.sync`); workers past
     the last chunk only help with the input projection."""
+    gates = saved.gates
     one = gates.dtype.type(1.0)
-    fb = gates.dtype.type(forget_bias)
-    clip = gates.dtype.type(cell_clip)
-    pclip = gates.dtype.type(proj_clip)
+    pclip = gates.dtype.type(options.proj_clip)
     steps, batch, four_units = gates.shape
+    rows = inputs.rows
     if project:
-        projection_worker(w, claims, done, x2d, w_x, rows, gates.reshape((steps * batch, four_units)))
+        projection_worker(w, claims, done, inputs.x2d, weights.w_x, rows, gates.reshape((steps * batch, four_units)))
         sync.wait_for(done, 0, rows.shape[0] - 1)
-    num_chunks = bounds.shape[0] - 1
-    num_proj_chunks = proj_bounds.shape[0] - 1  # <= num_chunks
+    num_chunks = weights.bounds.shape[0] - 1
+    num_proj_chunks = weights.proj_bounds.shape[0] - 1  # <= num_chunks
     if w >= num_chunks:
         return
     for t in range(steps):
         for j in range(num_chunks):
             k = sync.claimed(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False), j)
             if k >= 0:
-                _forward_units(t, bounds[k], bounds[k + 1], rec_off[k], rec_off[k + 1], gates, bias, c0, h0, w_rec,
-                               work, lengths, w_i, w_f, w_o, fb, clip, clip_on, act, use_peepholes, has_proj, one,
-                               c_raw_, c_, ac_, r_, h_)
+                _forward_units(t, k, inputs, weights, options, one, work, saved)
                 sync.count_done(done, 2 * t + 1, num_chunks)
         sync.wait_for(done, 2 * t + 1, num_chunks)
-        if has_proj:
+        if options.has_proj:
             for j in range(num_proj_chunks):
                 k = sync.claimed(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False), j)
                 if k >= 0:
-                    _forward_proj(t, proj_bounds[k], proj_bounds[k + 1], r_, h0, w_proj, proj_work, lengths, pclip,
-                                  proj_clip_on, h_raw_, h_)
+                    _forward_proj(t, k, inputs, weights, pclip, options.proj_clip_on, proj_work, saved)
                     sync.count_done(done, 2 * t + 2, num_proj_chunks)
             sync.wait_for(done, 2 * t + 2, num_proj_chunks)
 
@@ -348,17 +415,23 @@ def forward_worker(w, claims, done, x2d, w_x, rows, c0, h0, bias, w_rec, bounds,
 # Backward
 # ---------------------------------------------------------------------------
 @njit(**KERNEL)
-def _backward_h(t, p0, p1, col0, col1, dgates, w_rec_t, work, lengths, d_out, h_raw_, proj_clip, proj_clip_on,
-                has_proj, one, dh, dh_raw):
-    """Step ``t`` (backwards) of the output-state columns ``p0..p1-1`` (packed ``col0..col1-1``).
+def _backward_h(t, k, col_bounds, lengths, weights, options, saved, d_out, work, grads):
+    """Step ``t`` (backwards) of the output-state columns of chunk ``k`` of ``col_bounds`` (``proj_bounds``, or
+    ``bounds`` without a projection; packed columns ``rt_off[k]..rt_off[k+1]-1``).
 
-    ``dh`` holds the gradient of ``h[t]`` from later steps. Rows that were
-    active at ``t + 1`` receive it from that step's gate gradients; the
+    ``grads.dh`` holds the gradient of ``h[t]`` from later steps. Rows that
+    were active at ``t + 1`` receive it from that step's gate gradients; the
     others carried ``h`` unchanged, so their gradient is carried too. For
     rows active at ``t`` the step's output gradient is added and the
     gradient of the projection before clipping is written to ``dh_raw[t]``.
     ``t = -1`` only finishes the carry (the gradient of the initial ``h``).
     """
+    dgates, h_raw_ = saved.gates, saved.h_raw
+    dh, dh_raw = grads.dh, grads.dh_raw
+    p0, p1 = col_bounds[k], col_bounds[k + 1]
+    col0, col1 = weights.rt_off[k], weights.rt_off[k + 1]
+    one = dgates.dtype.type(1.0)
+    proj_clip = dgates.dtype.type(options.proj_clip)
     batch = dh.shape[0]
     steps = dgates.shape[0]
     four_units = dgates.shape[2]
@@ -367,8 +440,8 @@ def _backward_h(t, p0, p1, col0, col1, dgates, w_rec_t, work, lengths, d_out, h_
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
     if t + 1 < steps:  # on the micro-kernel's panels (PackedWeights)
-        microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, w_rec_t,
-                                 four_units * col0, four_units, width // microkernel.panel_width_of(w_rec_t),
+        microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, weights.w_rec_t,
+                                 four_units * col0, four_units, width // microkernel.panel_width_of(weights.w_rec_t),
                                  work, batch * col0, width, np.bool_(False))
     for b in range(batch):
         dh_r = dh[b, p0:p1]
@@ -380,11 +453,11 @@ def _backward_h(t, p0, p1, col0, col1, dgates, w_rec_t, work, lengths, d_out, h_
             raw_r = dh_raw[t, b, p0:p1]
             if t < lengths[b]:
                 out_r = d_out[t, b, p0:p1]
-                if has_proj:
+                if options.has_proj:
                     h_raw_r = h_raw_[t, b, p0:p1]
                     for jj in range(pk):
-                        raw_r[jj] = (dh_r[jj] + out_r[jj]) * clip_value_grad(h_raw_r[jj], proj_clip, proj_clip_on,
-                                                                             one)
+                        raw_r[jj] = (dh_r[jj] + out_r[jj]) * clip_value_grad(h_raw_r[jj], proj_clip,
+                                                                             options.proj_clip_on, one)
                 else:
                     for jj in range(pk):
                         raw_r[jj] = dh_r[jj] + out_r[jj]
@@ -394,15 +467,19 @@ def _backward_h(t, p0, p1, col0, col1, dgates, w_rec_t, work, lengths, d_out, h_
 
 
 @njit(inline="always")
-def _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
-                   use_peepholes, one, dgates, dc, w_i_grad, w_f_grad, w_o_grad):
-    """Gate maths of step ``t`` (backwards) for the units ``u0..u1-1`` (inlined: ``act`` may be a constant).
+def _backward_rows(t, u0, u1, drk, inputs, weights, unit, saved, grads):
+    """Gate maths of step ``t`` (backwards) for the units ``u0..u1-1`` (inlined: ``unit.act`` may be a constant).
 
-    ``dgates[t]`` holds the step's gates on entry and their gradients on exit.
+    ``saved.gates[t]`` holds the step's gates on entry and their gradients on exit.
     """
+    c0, lengths = inputs.c0, inputs.lengths
+    dgates, c_raw_, c_, ac_ = saved.gates, saved.c_raw, saved.c, saved.ac
+    dc = grads.dc
+    w_i, w_f, w_o = weights.peepholes
+    w_i_grad, w_f_grad, w_o_grad = grads.peepholes
     batch = drk.shape[0]
     uk = u1 - u0
-    zero = one - one
+    zero = unit.one - unit.one
     # Row views sliced to the chunk, indexed from 0 (see _forward_rows).
     w_ik, w_fk, w_ok = w_i[u0:u1], w_f[u0:u1], w_o[u0:u1]
     gi_k, gf_k, go_k = w_i_grad[u0:u1], w_f_grad[u0:u1], w_o_grad[u0:u1]
@@ -421,30 +498,31 @@ def _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, 
             c_prev = c_src[jj]
             di, dj, df, do, dc_prev = cell_backward_unit(
                 dr[jj], dc_r[jj], dg[jj], dg[uk + jj], dg[2 * uk + jj], dg[3 * uk + jj], c_raw_r[jj], ac_r[jj], c_prev,
-                (w_ik[jj], w_fk[jj], w_ok[jj]), UnitOptions(one - one, cell_clip, clip_on, act, use_peepholes, one),
+                (w_ik[jj], w_fk[jj], w_ok[jj]), unit,
             )
             dg[jj] = di
             dg[uk + jj] = dj
             dg[2 * uk + jj] = df
             dg[3 * uk + jj] = do
             dc_r[jj] = dc_prev
-            if use_peepholes:
+            if unit.use_peepholes:
                 gi_k[jj] += di * c_prev
                 gf_k[jj] += df * c_prev
                 go_k[jj] += do * c_r[jj]
 
 
 @njit(**KERNEL)
-def _backward_units(t, u0, u1, c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, lengths, w_i, w_f, w_o,
-                    cell_clip, clip_on, act, use_peepholes, has_proj, one, dgates, dc, w_i_grad, w_f_grad,
-                    w_o_grad):
-    """Step ``t`` (backwards) of the units ``u0..u1-1``: gradient of ``r``, then the gate maths."""
-    batch = c0.shape[0]
+def _backward_units(t, k, inputs, weights, options, saved, work, grads):
+    """Step ``t`` (backwards) of the units of chunk ``k``: gradient of ``r``, then the gate maths."""
+    dh_raw = grads.dh_raw
+    u0, u1 = weights.bounds[k], weights.bounds[k + 1]
+    one = saved.gates.dtype.type(1.0)
+    batch = inputs.c0.shape[0]
     depth = dh_raw.shape[2]
     uk = u1 - u0
     drk = work[batch * u0:batch * u1].reshape((batch, uk))
-    if has_proj:
-        wk = w_proj_t[depth * u0:depth * u1].reshape((depth, uk))
+    if options.has_proj:
+        wk = weights.w_proj_t[depth * u0:depth * u1].reshape((depth, uk))
         np.dot(dh_raw[t], wk, drk)
     else:
         for b in range(batch):
@@ -452,128 +530,91 @@ def _backward_units(t, u0, u1, c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work, leng
             dst = drk[b]
             for jj in range(uk):
                 dst[jj] = src[u0 + jj]
-    if act == 0:  # tanh, the default: a constant code, so the maths vectorizes
-        _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, 0,
-                       use_peepholes, one, dgates, dc, w_i_grad, w_f_grad, w_o_grad)
+    if options.act == 0:  # tanh, the default: a constant code, so the maths vectorizes
+        _backward_rows(t, u0, u1, drk, inputs, weights, unit_options(options, one, np.int64(0)), saved, grads)
     else:
-        _backward_rows(t, u0, u1, drk, c0, c_raw_, c_, ac_, lengths, w_i, w_f, w_o, cell_clip, clip_on, act,
-                       use_peepholes, one, dgates, dc, w_i_grad, w_f_grad, w_o_grad)
+        _backward_rows(t, u0, u1, drk, inputs, weights, unit_options(options, one, options.act), saved, grads)
 
 
-def backward_kernel(c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t, proj_bounds, lengths,
-                    w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act, use_peepholes, has_proj,
-                    work, proj_work, dgates, dh_raw, dc, dh, w_i_grad, w_f_grad, w_o_grad):
+def backward_kernel(inputs, weights, options, saved, d_out, work, proj_work, grads):
     """The time loop of the cell's backward pass, steps ``T - 1 .. 0``.
 
     Parameters
     ----------
-    c0 : [B, H] array
-    c_raw_, c_, ac_ : [T, B, H] arrays
-    h_raw_ : [T, B, P] array
-        Saved forward values (:func:`forward_kernel`).
+    inputs : CellInputs
+        ``c0`` and ``lengths`` are read.
+    weights : CellWeights
+    options : nblstm.options.KernelOptions
+    saved : CellSaved
+        Saved forward values (:func:`forward_kernel`). ``gates`` holds the
+        saved gates on entry and their gradients on exit (of the
+        pre-activations, packed): step ``t`` is overwritten once step
+        ``t + 1`` no longer needs it, so the backward pass needs no second
+        ``[T, B, 4H]`` array.
     d_out : [T, B, P] C-contiguous array
         Gradient of the outputs (read only at steps inside each example's length).
-    w_rec_t : [4H * rt_off[KP]] array
-        Packed transposed recurrent weights, column chunk after column chunk
-        (``proj_bounds``) from ``4H * rt_off[k]``, in the micro-kernel's panels.
-    rt_off : [KP + 1] int64 array
-        Where each column chunk starts in ``w_rec_t`` and ``proj_work``.
-    bounds : [K + 1] int64 array
-        Chunks of hidden units.
-    w_proj_t : [P * H] array
-        Transposed projection weights, unit chunk after unit chunk, each a
-        C-ordered ``[P, uk]`` block (unused without a projection).
-    proj_bounds : [KP + 1] int64 array
-        Chunks of the ``P`` output-state columns; equal to ``bounds`` without
-        a projection, so both phases of a step run in one stage.
-    lengths : [B] int64 array
-    w_i, w_f, w_o : [H] arrays
-    cell_clip, proj_clip : float
-    clip_on, proj_clip_on, use_peepholes, has_proj : bool
-    act : int
     work : [B * H] array
     proj_work : [B * rt_off[KP]] array
         Workspaces of the GEMMs.
-    dgates : [T, B, 4H] C-contiguous array
-        On entry the saved gates (:func:`forward_kernel`), on exit their
-        gradients (of the pre-activations, packed): step ``t`` is overwritten
-        once step ``t + 1`` no longer needs it, so the backward pass needs no
-        second ``[T, B, 4H]`` array.
-    dh_raw : [T, B, P] array
-        Output: gradient of the projection before clipping (of ``r`` without one).
-    dc : [B, H] array
-        On entry the gradient of the final cell state; on exit that of ``c0``.
-    dh : [B, P] array
-        On entry the gradient of the final ``h``; on exit that of ``h0``.
-    w_i_grad, w_f_grad, w_o_grad : [H] arrays, zero on entry
-        Output: peephole gradients (accumulated only with ``use_peepholes``).
+    grads : CellGrads
     """
     # With a projection, stage 2 t + 2 is the h-gradient columns of step t and
     # stage 2 t + 1 its units (they need every column). Without one, unit j's
     # output is column j of h: both phases of a chunk touch only its own
     # columns, in stage 2 t + 1. Stage 0 is the gradient of h0 (t = -1).
-    num_chunks = len(bounds) - 1
-    steps, batch, four_units = dgates.shape
-    macs = steps * batch * four_units * (h_raw_.shape[2] if has_proj else four_units // 4) * (1 + has_proj)
+    num_chunks = len(weights.bounds) - 1
+    steps, batch, four_units = saved.gates.shape
+    has_proj = options.has_proj
+    macs = steps * batch * four_units * (saved.h_raw.shape[2] if has_proj else four_units // 4) * (1 + has_proj)
     claims, done = sync.counters(2 * steps + 1, num_chunks)
-    threads.run(backward_worker, (claims, done, c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t,
-                                  proj_bounds, lengths, w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on,
-                                  act, use_peepholes, has_proj, work, proj_work, dgates, dh_raw, dc, dh, w_i_grad,
-                                  w_f_grad, w_o_grad), min(num_chunks, call_threads(macs, num_chunks)))
+    threads.run(backward_worker, (claims, done, inputs, weights, options, saved, d_out, work, proj_work, grads),
+                min(num_chunks, call_threads(macs, num_chunks)))
 
 
 @njit(**KERNEL)
-def backward_worker(w, claims, done, c0, c_raw_, c_, ac_, h_raw_, d_out, w_rec_t, rt_off, bounds, w_proj_t,
-                    proj_bounds, lengths, w_i, w_f, w_o, cell_clip, clip_on, proj_clip, proj_clip_on, act,
-                    use_peepholes, has_proj, work, proj_work, dgates, dh_raw, dc, dh, w_i_grad, w_f_grad, w_o_grad):
+def backward_worker(w, claims, done, inputs, weights, options, saved, d_out, work, proj_work, grads):
     """Worker ``w``'s part of :func:`backward_kernel`: the chunks it claims (:mod:`nblstm.cpu.sync`)."""
-    one = dgates.dtype.type(1.0)
-    clip = dgates.dtype.type(cell_clip)
-    pclip = dgates.dtype.type(proj_clip)
+    bounds, proj_bounds, lengths = weights.bounds, weights.proj_bounds, inputs.lengths
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1
-    steps = dgates.shape[0]
+    steps = saved.gates.shape[0]
     for t in range(steps - 1, -2, -1):
-        if has_proj or t < 0:
+        if options.has_proj or t < 0:
             for j in range(num_proj_chunks):
                 k = sync.claimed(claims, done, 2 * t + 2, w, num_proj_chunks, np.bool_(False), j)
                 if k >= 0:
-                    _backward_h(t, proj_bounds[k], proj_bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t,
-                                proj_work, lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
+                    _backward_h(t, k, proj_bounds, lengths, weights, options, saved, d_out, proj_work, grads)
                     sync.count_done(done, 2 * t + 2, num_proj_chunks)
             sync.wait_for(done, 2 * t + 2, num_proj_chunks)
         if t >= 0:
             for j in range(num_chunks):
                 k = sync.claimed(claims, done, 2 * t + 1, w, num_chunks, np.bool_(False), j)
                 if k >= 0:
-                    if not has_proj:
-                        _backward_h(t, bounds[k], bounds[k + 1], rt_off[k], rt_off[k + 1], dgates, w_rec_t, proj_work,
-                                    lengths, d_out, h_raw_, pclip, proj_clip_on, has_proj, one, dh, dh_raw)
-                    _backward_units(t, bounds[k], bounds[k + 1], c0, c_raw_, c_, ac_, dh_raw, w_proj_t, work,
-                                    lengths, w_i, w_f, w_o, clip, clip_on, act, use_peepholes, has_proj, one, dgates,
-                                    dc, w_i_grad, w_f_grad, w_o_grad)
+                    if not options.has_proj:
+                        _backward_h(t, k, bounds, lengths, weights, options, saved, d_out, proj_work, grads)
+                    _backward_units(t, k, inputs, weights, options, saved, work, grads)
                     sync.count_done(done, 2 * t + 1, num_chunks)
             sync.wait_for(done, 2 * t + 1, num_chunks)
 
 
 @njit(**KERNEL)
-def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows, has_proj, dx2d,
-                        packed_grad, packed_b, d_proj):
-    """Thread ``k``'s share of the GEMMs after the backward loop.
+def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, splits, has_proj, outs):
+    """Thread ``k``'s share of the GEMMs after the backward loop (arguments as :func:`weight_grads_kernel`'s).
 
     The fused ops' share (:func:`nblstm.cpu.fused.weight_grads_block`: ``dx2d``,
     the kernel and bias gradients in packed columns, with ``h`` as the
     previous output) plus, with a projection, rows
     ``proj_rows[k]..proj_rows[k+1]-1`` of its gradient ``r^T @ dh2d``.
     """
-    fused_weight_grads_block(k, x2d, h2d, h0, dg2d, w_x.T, x_rows, w_rows, col_blocks, dx2d, packed_grad, packed_b)
+    dx2d, packed_grad, packed_b, d_proj = outs
+    fused_weight_grads_block(k, x2d, h2d, h0, dg2d, w_x.T, splits[:3], dx2d, packed_grad, packed_b)
     if has_proj:
+        proj_rows = splits[3]
         p0, p1 = proj_rows[k], proj_rows[k + 1]
         gemm_tn(r2d[:, p0:p1], dh2d, d_proj[p0:p1], np.bool_(False))
 
 
-def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows, perm, has_proj,
-                        dx2d, packed_grad, packed_b, d_kernel, d_bias, d_proj):
+def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, splits, perm, has_proj, outs, d_kernel, d_bias):
     """The GEMMs after the backward loop, split across threads as the fused ops' (no partial sums).
 
     Parameters
@@ -591,33 +632,27 @@ def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_
         Gradient of the projection before clipping (read only with a projection).
     w_x : [I, 4H] C-contiguous array
         Packed input weights.
-    x_rows : [K + 1] int64 array
-        Row blocks over ``0 .. T * B`` (of ``dx2d``).
-    w_rows : [K + 1] int64 array
-        Row blocks over ``0 .. I + P`` (of the kernel gradient).
-    col_blocks : [K + 1] int64 array
-        Column blocks over ``0 .. 4H`` (of the bias gradient).
-    proj_rows : [K + 1] int64 array
-        Row blocks over ``0 .. H`` (of the projection gradient).
+    splits : tuple of 4 [K + 1] int64 arrays
+        ``(x_rows, w_rows, col_blocks, proj_rows)``: row blocks over
+        ``0 .. T * B`` (of ``dx2d``), over ``0 .. I + P`` (of the kernel
+        gradient), column blocks over ``0 .. 4H`` (of the bias gradient),
+        row blocks over ``0 .. H`` (of the projection gradient).
     perm : [4H] int64 array
         Packed column ``c`` is column ``perm[c]`` of the ICFO layout.
     has_proj : bool
-    dx2d : [T * B, I] array
-        Output ``dg2d @ w_x.T``.
-    packed_grad : [I + P, 4H] array
-    packed_b : [4H] array
-        Workspaces: the kernel and bias gradients in packed columns.
+    outs : tuple
+        ``(dx2d [T * B, I], packed_grad [I + P, 4H], packed_b [4H], d_proj
+        [H, P])``: the output ``dg2d @ w_x.T``; workspaces, the kernel and
+        bias gradients in packed columns; the output ``r^T @ dh2d`` (written
+        only with a projection).
     d_kernel : [I + P, 4H] array
         Output ``[x_t, h_{t-1}]^T @ dgates`` summed over steps, ICFO columns.
     d_bias : [4H] array
         Output: column sums of ``dg2d``, ICFO.
-    d_proj : [H, P] array
-        Output ``r^T @ dh2d`` (written only with a projection).
     """
-    threads.run(_weight_grads_block, (x2d, h2d, h0, r2d, dg2d, dh2d, w_x, x_rows, w_rows, col_blocks, proj_rows,
-                                      has_proj, dx2d, packed_grad, packed_b, d_proj), len(x_rows) - 1,
+    threads.run(_weight_grads_block, (x2d, h2d, h0, r2d, dg2d, dh2d, w_x, splits, has_proj, outs), len(splits[0]) - 1,
                 call_threads(dg2d.shape[0] * dg2d.shape[1] * (2 * x2d.shape[1] + 2 * h2d.shape[1])))
-    _unpack_columns(packed_grad, packed_b, perm, d_kernel, d_bias)
+    _unpack_columns(outs[1], outs[2], perm, d_kernel, d_bias)
 
 
 @njit(**KERNEL)
@@ -711,16 +746,13 @@ class PackedWeights:
         self.peepholes = tuple(np.ascontiguousarray(weights.get(n, zeros))
                                for n in ("w_i_diag", "w_f_diag", "w_o_diag"))
         self.use_peepholes = "w_i_diag" in weights
+        #: The kernels' view of these weights (:class:`CellWeights`).
+        self.record = CellWeights(self.w_x, self.bias, self.w_rec, self.bounds, self.rec_off, self.w_proj,
+                                  self.proj_bounds, self.peepholes, self.w_rec_t, self.rt_off, self.w_proj_t)
 
-
-def _kernel_options(options, has_proj):
-    """The cell's options as the kernels' scalars, unpacked here only.
-
-    Returns ``(forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act)``;
-    ``proj_clip`` applies only with a projection.
-    """
-    return (float(options.forget_bias), *clip_scalars(options.cell_clip),
-            *clip_scalars(options.proj_clip if has_proj else None), options.kernel_code())
+    def kernel_options(self, options):
+        """The kernels' record of ``options`` (:class:`nblstm.options.KernelOptions`) for these weights."""
+        return options.kernel_options(self.has_proj, self.use_peepholes)
 
 
 def fused_forward_applies(options, has_proj, steps, lengths, schedule):
@@ -839,11 +871,9 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
                                             pre.reshape(rows, 4 * units)),
                         min(blocks, call_threads(rows * inputs * 4 * units, blocks)))
             regroup.gather(pre, schedule.time_of, gates)
-        forward_kernel(x.reshape(rows, inputs), packed.w_x, x_rows, c0, h0,
-                       packed.bias, packed.w_rec, packed.bounds, packed.rec_off, packed.w_proj, packed.proj_bounds,
-                       c(lengths, np.int64), *packed.peepholes, *_kernel_options(options, packed.has_proj),
-                       packed.use_peepholes, packed.has_proj, work, proj_work, gates, c_raw_, c_, ac_, r_, h_raw_, h_,
-                       project=schedule is None)
+        forward_kernel(CellInputs(x.reshape(rows, inputs), x_rows, c0, h0, c(lengths, np.int64)), packed.record,
+                       packed.kernel_options(options), work, proj_work,
+                       CellSaved(gates, c_raw_, c_, ac_, r_, h_raw_, h_), project=schedule is None)
     return saved
 
 
@@ -852,9 +882,8 @@ def _fused_sequence_forward(x, c0, h0, lengths, options, weights):
     dtype = weights.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
-    forget_bias, clip, clip_on = _kernel_options(options, False)[:3]
-    block = fused_forward(x, c0, h0, weights.forward, weights.bias, *weights.peepholes, x.shape[0], forget_bias,
-                          clip, clip_on, weights.use_peepholes)
+    block = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0],
+                          options.kernel_options(False, weights.use_peepholes))
     # The ops' seven outputs, as their backward reads them; c and h for the state and the outputs.
     return {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": None,
             "fused_weights": weights, "block": block, "c": block[1], "h": block[6]}
@@ -968,12 +997,11 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
                 d_out_steps = pool.aligned((steps, batch, depth), dtype)
                 regroup.scatter_add(d_out, schedule.output_of, d_out_steps)
                 d_out = d_out_steps
-            backward_kernel(c0, saved["c_raw"], saved["c"], saved["ac"], saved["h_raw"],
-                            d_out, packed.w_rec_t, packed.rt_off, packed.bounds, packed.w_proj_t,
-                            packed.proj_bounds,
-                            lengths, *packed.peepholes, *_kernel_options(saved["options"], packed.has_proj)[1:],
-                            packed.use_peepholes, packed.has_proj, work, proj_work, dgates, dh_raw, dc, dh,
-                            *peephole_grads)
+            backward_kernel(CellInputs(x.reshape(rows, inputs), x_rows, c0, h0, lengths), packed.record,
+                            packed.kernel_options(saved["options"]),
+                            CellSaved(dgates, saved["c_raw"], saved["c"], saved["ac"], saved["r"], saved["h_raw"],
+                                      saved["h"]),
+                            d_out, work, proj_work, CellGrads(dh_raw, dc, dh, tuple(peephole_grads)))
             if schedule is not None:
                 # Back to time order: the gate gradients, and each time's previous output (h0 before step 0).
                 dgates_steps, dgates = dgates, pool.aligned((steps, batch, 4 * units), dtype)
@@ -984,9 +1012,9 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
                 h_first, h_steps = h_prev[0], h_prev[1:].reshape((steps - 1) * batch, depth)
             weight_grads_kernel(x.reshape(rows, inputs), h_steps, h_first,
                                 saved["r"].reshape(rows, units), dgates.reshape(rows, 4 * units),
-                                dh_raw.reshape(rows, depth), packed.w_x, x_rows, w_rows, col_blocks, proj_rows,
-                                packed.perm, packed.has_proj, d_x.reshape(rows, inputs), packed_grad, packed_b,
-                                d_kernel, d_bias, d_proj)
+                                dh_raw.reshape(rows, depth), packed.w_x, (x_rows, w_rows, col_blocks, proj_rows),
+                                packed.perm, packed.has_proj,
+                                (d_x.reshape(rows, inputs), packed_grad, packed_b, d_proj), d_kernel, d_bias)
     d_weights = {"kernel": d_kernel, "bias": d_bias}
     if packed.use_peepholes:
         d_weights["w_i_diag"], d_weights["w_f_diag"], d_weights["w_o_diag"] = peephole_grads

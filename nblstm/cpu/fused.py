@@ -49,14 +49,15 @@ below ``seq_len_max`` and the drivers zero the rest.
 """
 
 import threading
+from typing import NamedTuple
 
 import numba
 import numpy as np
 from numba import njit
 
 from .._jit import KERNEL
-from ..options import clip_scalars
-from ..spec import UnitOptions, backward_unit, forward_unit
+from ..options import OpOptions
+from ..spec import backward_unit, forward_unit, unit_options
 from . import microkernel, pool, sync, threads
 from .blas import kernel_section
 from .gemm import gemm_rows, gemm_tn
@@ -74,8 +75,59 @@ from .partition import (
     split,
 )
 
-__all__ = ["BackwardWeights", "ForwardWeights", "backward", "backward_recurrent", "forward", "forward_packed",
-           "weight_grads_block"]
+__all__ = ["BackwardWeights", "ForwardWeights", "Inputs", "PackedBackward", "PackedForward", "backward",
+           "backward_recurrent", "forward", "forward_packed", "weight_grads_block"]
+
+
+# The kernels' records: the arrays of a call grouped by what they are, so that
+# a worker takes a dozen parameters. Built on the host once per call (a record
+# costs about 0.1 us of dispatch per array in it, measured: a few us a call).
+class Inputs(NamedTuple):
+    """The forward's inputs: ``x2d [S * B, I]`` (C-contiguous), ``cs_prev, h_prev [B, H]``."""
+
+    x2d: np.ndarray
+    cs_prev: np.ndarray
+    h_prev: np.ndarray
+
+
+class PackedForward(NamedTuple):
+    """The forward's weights as the kernels read them (:meth:`ForwardWeights.record`).
+
+    ``w_in [4, I, H]`` the gates' input weights (empty when ``fused``),
+    ``w_x [4H * I]`` the packed input weights (empty unless ``fused``),
+    ``w_rec [4H * H]`` the packed recurrent weights, ``bounds, col_off
+    [K + 1]`` int64 the chunks of units and where their columns start
+    (:func:`column_offsets` with ``per_unit = 4``), ``blocks [4]`` int64 the
+    gate blocks of ``i, ci, f, o`` (:func:`gate_blocks`), ``fused`` the
+    input projection inside the steps, ``bias [4H]`` in the caller's layout,
+    ``peepholes`` the tuple ``(wci, wcf, wco)`` of ``[H]`` arrays.
+    """
+
+    w_in: np.ndarray
+    w_x: np.ndarray
+    w_rec: np.ndarray
+    bounds: np.ndarray
+    col_off: np.ndarray
+    blocks: np.ndarray
+    fused: bool
+    bias: np.ndarray
+    peepholes: tuple
+
+
+class PackedBackward(NamedTuple):
+    """The backward's weights as the kernels read them (:meth:`BackwardWeights.record`).
+
+    ``w_rec_t`` the chunks' ``w_rec[u0:u1].T`` in panels (:func:`pack_chunks`;
+    empty when ``S = 1``), ``bounds, col_off [K + 1]`` int64
+    (:func:`column_offsets` with ``per_unit = 1``), ``blocks [4]`` int64,
+    ``peepholes`` the tuple ``(wci, wcf, wco)`` of ``[H]`` arrays.
+    """
+
+    w_rec_t: np.ndarray
+    bounds: np.ndarray
+    col_off: np.ndarray
+    blocks: np.ndarray
+    peepholes: tuple
 
 
 class _Scratch(threading.local):
@@ -133,17 +185,24 @@ def _input_part(t, k, col_off, x2d, w_x, work, batch):
 # Inlined into the time loop: as a call, its ~25 array arguments (each
 # reference-counted) cost about 0.25 us a step, a quarter of a small step.
 @njit(inline="always", **KERNEL)
-def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work, wci,
-                   wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_):
+def _forward_chunk(t, k, x_ready, inputs, weights, unit, work, outs):
     """Step ``t`` of the units of chunk ``k``: the GEMMs of the gates, then the gate maths.
 
-    With ``fused`` the gates are ``x_t @ w_x + h_{t-1} @ w_rec`` on the
-    micro-kernel, one accumulator per element; ``x_ready``: the chunk's
-    ``x_t @ w_x`` is in ``work`` already (:func:`_input_part`). Otherwise
-    ``i_, ci_, f_, o_`` hold the step's input projections on entry (see
-    :func:`forward_kernel`), added to ``h_{t-1} @ w_rec``; the gate maths
-    writes the gates over them.
+    ``inputs`` (:class:`Inputs`), ``weights`` (:class:`PackedForward`), ``unit``
+    (:class:`nblstm.spec.UnitOptions`), ``outs`` the outputs ``(i, cs, f, o,
+    ci, co, h)``, each ``[T, B, H]``. With ``weights.fused`` the gates are
+    ``x_t @ w_x + h_{t-1} @ w_rec`` on the micro-kernel, one accumulator per
+    element; ``x_ready``: the chunk's ``x_t @ w_x`` is in ``work`` already
+    (:func:`_input_part`). Otherwise ``i, ci, f, o`` hold the step's input
+    projections on entry (see :func:`forward_kernel`), added to
+    ``h_{t-1} @ w_rec``; the gate maths writes the gates over them.
     """
+    x2d, cs_prev, h_prev = inputs
+    i_, cs_, f_, o_, ci_, co_, h_ = outs
+    blocks, bounds, col_off = weights.blocks, weights.bounds, weights.col_off
+    w_rec, fused = weights.w_rec, weights.fused
+    wci, wcf, wco = weights.peepholes
+    bias = weights.bias
     batch = cs_prev.shape[0]
     units = cs_prev.shape[1]
     u0 = bounds[k]
@@ -155,7 +214,7 @@ def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_pre
     h_src = h_prev if t == 0 else h_[t - 1]
     panels = width // microkernel.panel_width_of(w_rec)
     if fused and not x_ready:
-        _input_part(t, k, col_off, x2d, w_x, work, batch)
+        _input_part(t, k, col_off, x2d, weights.w_x, work, batch)
     # Offsets and flags as int64 and bool values, never literals: each literal would compile the micro-kernel again.
     microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), units, batch, w_rec, units * col0, units, panels, work,
                              batch * col0, width, fused)
@@ -186,8 +245,7 @@ def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_pre
         ci_r, co_r, h_r = ci_[t, b, u0:u1], co_[t, b, u0:u1], h_[t, b, u0:u1]
         for j in range(uk):
             i, ci, f, o, cs, co, h = forward_unit(
-                gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
-                c_src[j], (pi[j], pf[j], po[j]), UnitOptions(forget_bias, cell_clip, clip_on, 0, use_peephole, one),
+                gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j], c_src[j], (pi[j], pf[j], po[j]), unit,
             )
             i_r[j] = i
             ci_r[j] = ci
@@ -198,12 +256,10 @@ def _forward_chunk(t, k, bounds, col_off, fused, x_ready, x2d, w_x, bias, cs_pre
             h_r[j] = h
 
 
-def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows,
-                   parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, work,
-                   out):
+def forward_kernel(inputs, weights, rows, parallel_projection, options, work, out):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
-    ``fused`` (:func:`~nblstm.cpu.partition.fused_projection`): each step computes its gates as
+    ``weights.fused`` (:func:`~nblstm.cpu.partition.fused_projection`): each step computes its gates as
     ``x_t @ w_x + h_{t-1} @ w_rec`` on the micro-kernel, with no input
     projection before the loop, whose ``[S, B, 4H]`` result would go to
     memory and come back. Otherwise the input projection of all steps comes
@@ -212,35 +268,16 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
 
     Parameters
     ----------
-    x2d : [S * B, I] C-contiguous array
-        The inputs of the ``S = seq_len_max`` steps.
-    w_in : [4, I, H] C-contiguous array
-        Input weights of the gates ``i, ci, f, o`` (empty when ``fused``).
-    w_x : [4H * I] array
-        Packed input weights when ``fused`` (:func:`pack_recurrent` of
-        ``w[:I]``), else empty.
-    fused : bool
-    bias : [4H] array
-        Caller's layout.
-    cs_prev, h_prev : [B, H] C-contiguous arrays
-    w_rec : [4H * H] array
-        Packed recurrent weights (:func:`pack_recurrent`).
-    bounds : [K + 1] int64 array
-        Hidden-unit chunks (:func:`chunk_bounds`).
-    col_off : [K + 1] int64 array
-        Where each chunk's columns start in ``w_rec`` and ``work``
-        (:func:`column_offsets` with ``per_unit = 4``).
+    inputs : Inputs
+        ``x2d [S * B, I]``, the inputs of the ``S = seq_len_max`` steps;
+        ``cs_prev, h_prev [B, H]``, C-contiguous.
+    weights : PackedForward
     rows : [R + 1] int64 array
     parallel_projection : bool
         Row blocks of the input projection (unless ``fused``) and whether
         its ``4 * R`` GEMMs run in parallel (:func:`row_blocks`).
-    blocks : [4] int64 array
-        Gate block of ``i, ci, f, o`` (:func:`gate_blocks`).
-    wci, wcf, wco : [H] arrays
-    forget_bias : float
-    cell_clip : float
-        Clip bound of the cell state, read only when ``clip_on``.
-    clip_on, use_peephole : bool
+    options : nblstm.options.KernelOptions
+        ``forget_bias``, the clip and ``use_peepholes`` are read.
     work : [B * col_off[K]] array
         Workspace of the recurrent GEMMs.
     out : [7, T, B, H] C-contiguous array, T >= S
@@ -248,24 +285,22 @@ def forward_kernel(x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, 
     """
     # The workers compile as serial code (nblstm.cpu.threads); one worker runs
     # on the calling thread alone.
-    num_chunks = len(bounds) - 1
+    x2d, cs_prev = inputs.x2d, inputs.cs_prev
+    num_chunks = len(weights.bounds) - 1
     steps = x2d.shape[0] // cs_prev.shape[0]
-    tasks = 0 if fused else 4 * (len(rows) - 1)
+    tasks = 0 if weights.fused else 4 * (len(rows) - 1)
     batch, units = cs_prev.shape
     workers = num_chunks
     if parallel_projection and tasks:
         workers = max(workers, min(tasks, numba.get_num_threads()))
     workers = min(workers, call_threads(steps * batch * 4 * units * (x2d.shape[1] + units), workers))
     claims, done = sync.counters(steps + 1, max(num_chunks, tasks))
-    threads.run(forward_worker, (claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off,
-                                 rows, parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on,
-                                 use_peephole, work, out), workers)
+    threads.run(forward_worker, (claims, done, inputs, weights, rows, parallel_projection, options, work, out),
+                workers)
 
 
 @njit(**KERNEL)
-def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev, w_rec, bounds, col_off, rows,
-                   parallel_projection, blocks, wci, wcf, wco, forget_bias, cell_clip, clip_on, use_peephole, work,
-                   out):
+def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, options, work, out):
     """Worker ``w``'s part of :func:`forward_kernel` (``claims, done``: :func:`nblstm.cpu.sync.counters` of
     ``S + 1`` stages: the input projection, then the steps).
 
@@ -277,10 +312,11 @@ def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev
     does not need ``h_t``, while the other chunks finish. Workers past the
     last chunk only help with the input projection.
     """
-    i_, cs_, f_, o_, ci_, co_, h_ = out[0], out[1], out[2], out[3], out[4], out[5], out[6]
-    one = cs_.dtype.type(1.0)
-    fb = cs_.dtype.type(forget_bias)
-    clip = cs_.dtype.type(cell_clip)
+    outs = (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
+    i_, cs_, f_, o_, ci_ = outs[0], outs[1], outs[2], outs[3], outs[4]
+    unit = unit_options(options, cs_.dtype.type(1.0), np.int64(0))  # the fused ops: tanh and sigmoid
+    x2d, cs_prev = inputs.x2d, inputs.cs_prev
+    fused, bounds = weights.fused, weights.bounds
     batch, units = cs_prev.shape
     steps = x2d.shape[0] // batch
     total = i_.shape[0] * batch
@@ -293,7 +329,7 @@ def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev
             for j in range(tasks):
                 k = sync.claimed(claims, done, np.int64(0), w, tasks, np.bool_(False), j)
                 if k >= 0:
-                    _input_projection(x2d, w_in, pre, rows, k)
+                    _input_projection(x2d, weights.w_in, pre, rows, k)
                     sync.count_done(done, np.int64(0), tasks)
         sync.wait_for(done, 0, tasks)
     num_chunks = bounds.shape[0] - 1
@@ -306,20 +342,23 @@ def forward_worker(w, claims, done, x2d, w_in, w_x, fused, bias, cs_prev, h_prev
             k = sync.claimed(claims, done, t + 1, w, num_chunks, x_ready, j)
             if k >= 0:
                 mine = x_ready and k == w
-                _forward_chunk(t, k, bounds, col_off, fused, mine, x2d, w_x, bias, cs_prev, h_prev, w_rec, blocks, work,
-                               wci, wcf, wco, fb, clip, clip_on, use_peephole, one, i_, cs_, f_, o_, ci_, co_, h_)
+                _forward_chunk(t, k, mine, inputs, weights, unit, work, outs)
                 own_done = own_done or k == w
                 sync.count_done(done, t + 1, num_chunks)
         x_ready = fused and own_done and t + 1 < steps and sync.claim(claims, t + 2, w, stride)
         if x_ready:
-            _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
+            _input_part(t + 1, w, weights.col_off, x2d, weights.w_x, work, batch)
         sync.wait_for(done, t + 1, num_chunks)
 
 
 @njit(inline="always", **KERNEL)  # inlined, as _forward_chunk
-def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, blocks,
-                    dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad, wco_grad):
-    """Step ``t`` (backwards) of the units of chunk ``k``."""
+def _backward_chunk(t, k, cs_prev, saved, incoming, weights, unit, work, grads):
+    """Step ``t`` (backwards) of the units of chunk ``k``; arguments as :func:`backward_kernel`'s."""
+    i_, cs_, f_, o_, ci_, co_ = saved
+    cs_grad, h_grad = incoming
+    dgates, dc, peephole_grads = grads
+    bounds, col_off, blocks, w_rec_t = weights.bounds, weights.col_off, weights.blocks, weights.w_rec_t
+    wci, wcf, wco = weights.peepholes
     batch, units = cs_prev.shape
     u0 = bounds[k]
     u1 = bounds[k + 1]
@@ -336,7 +375,7 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
                                  np.bool_(False))
     # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
     pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
-    gi_, gf_, go_ = wci_grad[u0:u1], wcf_grad[u0:u1], wco_grad[u0:u1]
+    gi_, gf_, go_ = peephole_grads[0][u0:u1], peephole_grads[1][u0:u1], peephole_grads[2][u0:u1]
     for b in range(batch):
         dh_r = dhk[b]
         dg = dgates[t, b]
@@ -353,14 +392,14 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
             c_prev = c_src[j]
             di, dci, df, do, dc_prev = backward_unit(
                 hg_r[j] + dh_r[j], cg_r[j] + dc_r[j], i_r[j], ci_r[j], f_r[j], o_r[j], co_r[j], c_prev,
-                (pi[j], pf[j], po[j]), UnitOptions(one - one, one - one, False, 0, use_peephole, one),
+                (pi[j], pf[j], po[j]), unit,
             )
             dgi[j] = di
             dgc[j] = dci
             dgf[j] = df
             dgo[j] = do
             dc_r[j] = dc_prev
-        if use_peephole:
+        if unit.use_peepholes:
             # A loop of its own: fewer arrays per loop let LLVM vectorize both.
             for j in range(uk):
                 gi_[j] += dgi[j] * c_src[j]
@@ -368,70 +407,61 @@ def _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, c
                 go_[j] += dgo[j] * cs_r[j]
 
 
-def backward_kernel(cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, col_off, blocks, wci, wcf,
-                    wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
+def backward_kernel(cs_prev, saved, incoming, weights, options, work, grads):
     """The time loop of the backward pass, steps ``S - 1 .. 0``.
 
     Parameters
     ----------
     cs_prev : [B, H] C-contiguous array
-    i_, cs_, f_, o_, ci_, co_ : [T, B, H] C-contiguous arrays
-        Forward outputs (trusted, not recomputed).
-    cs_grad, h_grad : [T, B, H] C-contiguous arrays
-        Incoming gradients; steps ``>= S`` are not read.
-    w_rec_t : [4H * col_off[K]] array
-        The chunks' ``w_rec[u0:u1].T`` packed in panels
-        (:func:`pack_chunks`); empty when ``S = 1`` (nothing is carried).
-    bounds : [K + 1] int64 array
-    col_off : [K + 1] int64 array
-        :func:`column_offsets` with ``per_unit = 1``.
-    blocks : [4] int64 array
-    wci, wcf, wco : [H] arrays
-    use_peephole : bool
+    saved : tuple of 6 [T, B, H] C-contiguous arrays
+        Forward outputs ``i, cs, f, o, ci, co`` (trusted, not recomputed).
+    incoming : tuple of 2 [T, B, H] C-contiguous arrays
+        The incoming gradients ``cs_grad, h_grad``; steps ``>= S`` are not read.
+    weights : PackedBackward
+    options : nblstm.options.KernelOptions
+        Only ``use_peepholes`` is read.
     work : [B * col_off[K]] array
         Workspace of ``dgates @ w_h^T``.
-    dgates : [S, B, 4H] array
-        Output: gradients of the gate pre-activations, caller's layout.
-    dc : [B, H] array, zero on entry
-        Carried cell gradient; on exit ``cs_prev_grad``.
-    wci_grad, wcf_grad, wco_grad : [H] arrays, zero on entry
-        Accumulated peephole gradients.
+    grads : tuple
+        Outputs ``(dgates, dc, peephole_grads)``: ``dgates [S, B, 4H]`` the
+        gradients of the gate pre-activations, caller's layout; ``dc [B, H]``,
+        zero on entry, the carried cell gradient, on exit ``cs_prev_grad``;
+        ``peephole_grads`` the tuple of the ``[H]`` gradients of ``wci, wcf,
+        wco``, zero on entry, accumulated.
     """
-    num_chunks = len(bounds) - 1
-    steps, batch, gates = dgates.shape
+    num_chunks = len(weights.bounds) - 1
+    steps, batch, gates = grads[0].shape
     claims, done = sync.counters(steps, num_chunks)
     workers = min(num_chunks, call_threads(steps * batch * gates * gates // 4, num_chunks))
-    threads.run(backward_worker, (claims, done, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds,
-                                  col_off, blocks, wci, wcf, wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad,
-                                  wco_grad), workers)
+    threads.run(backward_worker, (claims, done, cs_prev, saved, incoming, weights, options, work, grads), workers)
 
 
 @njit(**KERNEL)
-def backward_worker(w, claims, done, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t, bounds, col_off,
-                    blocks, wci, wcf, wco, use_peephole, work, dgates, dc, wci_grad, wcf_grad, wco_grad):
+def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options, work, grads):
     """Worker ``w``'s part of :func:`backward_kernel`: the steps' chunks it claims (:mod:`nblstm.cpu.sync`)."""
-    one = dgates.dtype.type(1.0)
-    num_chunks = bounds.shape[0] - 1
+    dgates = grads[0]
+    unit = unit_options(options, dgates.dtype.type(1.0), np.int64(0))
+    num_chunks = weights.bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
         for j in range(num_chunks):
             k = sync.claimed(claims, done, t, w, num_chunks, np.bool_(False), j)
             if k >= 0:
-                _backward_chunk(t, k, bounds, col_off, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec_t,
-                                blocks, dgates, dc, work, wci, wcf, wco, use_peephole, one, wci_grad, wcf_grad,
-                                wco_grad)
+                _backward_chunk(t, k, cs_prev, saved, incoming, weights, unit, work, grads)
                 sync.count_done(done, t, num_chunks)
         sync.wait_for(done, t, num_chunks)
 
 
 @njit(**KERNEL)
-def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad):
+def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, splits, x_grad2d, w_grad, b_grad):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
-    Rows ``x_rows[k]..x_rows[k+1]-1`` of ``x_grad2d``, rows
+    ``splits`` is ``(x_rows, w_rows, col_blocks)`` (:func:`weight_grads_kernel`):
+    rows ``x_rows[k]..x_rows[k+1]-1`` of ``x_grad2d``, rows
     ``w_rows[k]..w_rows[k+1]-1`` of ``w_grad`` (each a product over all
     steps: ``[x_t, h_{t-1}]^T @ dgates``, with ``h_prev`` before step 0) and
     columns ``col_blocks[k]..col_blocks[k+1]-1`` of ``b_grad``.
     """
+    x_rows, w_rows, col_blocks = splits
     batch = h_prev.shape[0]
     inputs = x2d.shape[1]
     rows = dg2d.shape[0]
@@ -454,8 +484,7 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_bl
             bk[c] += dr[c]
 
 
-def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
-                        h_prev_grad):
+def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, splits, x_grad2d, w_grad, b_grad, h_prev_grad):
     """The GEMMs after the backward loop, split across threads: ``x_grad`` by rows of
     ``dg2d``, ``w_grad`` by its own rows, ``b_grad`` by columns (no partial sums).
 
@@ -472,12 +501,10 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows,
         Transposed input weights (``w[:I].T``, a view).
     w_rec_t : [4H, H] F-contiguous array
         Transposed recurrent weights (``w[I:].T``, a view).
-    x_rows : [K + 1] int64 array
-        Row blocks over ``0 .. S * B``.
-    w_rows : [K + 1] int64 array
-        Row blocks over ``0 .. I + H``.
-    col_blocks : [K + 1] int64 array
-        Column blocks over ``0 .. 4H``.
+    splits : tuple of 3 [K + 1] int64 arrays
+        ``(x_rows, w_rows, col_blocks)``: row blocks over ``0 .. S * B``
+        (of ``x_grad2d``), row blocks over ``0 .. I + H`` (of ``w_grad``),
+        column blocks over ``0 .. 4H`` (of ``b_grad``).
     x_grad2d : [S * B, I] array
         Output ``dg2d @ w_in_t``.
     w_grad : [I + H, 4H] array
@@ -488,16 +515,15 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows,
         Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
     """
     rows, gates = dg2d.shape
-    threads.run(weight_grads_worker, (x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d,
-                                      w_grad, b_grad, h_prev_grad), len(x_rows) - 1,
+    threads.run(weight_grads_worker, (x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, splits, x_grad2d, w_grad, b_grad,
+                                      h_prev_grad), len(splits[0]) - 1,
                 call_threads(rows * gates * (2 * x2d.shape[1] + h2d.shape[1])))
 
 
 @njit(**KERNEL)
-def weight_grads_worker(k, x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad,
-                        b_grad, h_prev_grad):
+def weight_grads_worker(k, x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, splits, x_grad2d, w_grad, b_grad, h_prev_grad):
     """Block ``k`` of :func:`weight_grads_kernel` (:func:`weight_grads_block`); block 0 also ``h_prev_grad``."""
-    weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad)
+    weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, splits, x_grad2d, w_grad, b_grad)
     if k == 0:
         np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
 
@@ -536,6 +562,12 @@ class ForwardWeights:
             self.w_rec = pack_recurrent(w[inputs:], self.bounds, self.col_off)
             self.w_x = pack_recurrent(w[:inputs], self.bounds, self.col_off) if self.fused else np.empty(0, dtype)
 
+    def record(self, bias, peepholes):
+        """The kernels' record (:class:`PackedForward`) with ``bias [4H]`` and ``peepholes (wci, wcf, wco)``."""
+        c = np.ascontiguousarray
+        return PackedForward(self.w_in, self.w_x, self.w_rec, self.bounds, self.col_off, self.blocks, self.fused,
+                             c(bias), tuple(c(p) for p in peepholes))
+
 
 def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
     """Whole-sequence forward on validated float32/float64 NumPy arrays.
@@ -558,19 +590,17 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
         ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past ``seq_len_max``.
     """
     weights = ForwardWeights(w, max(x.shape[1], 1), options.layout)
-    # The options as kernel scalars: here only. Whether the clip is on is decided in the compute
-    # dtype (a bound that rounds to 0 there turns it off); the kernel takes the bound as a float.
-    clip, clip_on = clip_scalars(options.cell_clip, x.dtype.type, positive=True)
-    return forward_packed(x, cs_prev, h_prev, weights, b, wci, wcf, wco, seq_len_max, float(options.forget_bias),
-                          float(clip), clip_on, bool(options.use_peephole))
+    return forward_packed(x, cs_prev, h_prev, weights, b, (wci, wcf, wco), seq_len_max,
+                          options.kernel_options(x.dtype.type))
 
 
-def forward_packed(x, cs_prev, h_prev, weights, b, wci, wcf, wco, seq_len_max, forget_bias, cell_clip, clip_on,
-                   use_peephole):
-    """:func:`forward` on packed weights (:class:`ForwardWeights` for ``B`` rows), the options as kernel scalars.
+def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options):
+    """:func:`forward` on packed weights (:class:`ForwardWeights` for ``B`` rows).
 
     Also :class:`nblstm.LSTMCell`'s forward where its options are the fused
-    ops' (:func:`nblstm.cpu.cell.sequence_forward`).
+    ops' (:func:`nblstm.cpu.cell.sequence_forward`). ``peepholes`` is
+    ``(wci, wcf, wco)``, ``options`` the kernels' record
+    (:class:`nblstm.options.KernelOptions`).
 
     Returns
     -------
@@ -595,9 +625,8 @@ def forward_packed(x, cs_prev, h_prev, weights, b, wci, wcf, wco, seq_len_max, f
     c = np.ascontiguousarray
     projection = (split(rows, 1), False) if weights.fused else row_blocks(rows, inputs * 4 * units)
     with kernel_section():
-        forward_kernel(x2d, weights.w_in, weights.w_x, weights.fused, c(b), c(cs_prev), c(h_prev), weights.w_rec,
-                       weights.bounds, weights.col_off, *projection, weights.blocks, c(wci), c(wcf), c(wco),
-                       forget_bias, cell_clip, clip_on, use_peephole, work, block)
+        forward_kernel(Inputs(x2d, c(cs_prev), c(h_prev)), weights.record(b, peepholes), *projection, options, work,
+                       block)
     return block
 
 
@@ -626,6 +655,12 @@ class BackwardWeights:
             with kernel_section():
                 pack_chunks(np.ascontiguousarray(w_rec), self.bounds, self.col_off, self.w_rec_t, True,
                             w_rec.size >= MIN_PARALLEL_PACK)
+
+    def record(self, layout, peepholes):
+        """The kernels' record (:class:`PackedBackward`) for the gate ``layout`` and ``peepholes (wci, wcf, wco)``."""
+        c = np.ascontiguousarray
+        return PackedBackward(self.w_rec_t, self.bounds, self.col_off, gate_blocks(layout),
+                              tuple(c(p) for p in peepholes))
 
 
 def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout,
@@ -668,10 +703,9 @@ def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len
         dgates = pool.aligned((seq_len_max, batch, 4 * units), dtype)
     work = pool.aligned(batch * int(packed_t.col_off[-1]), dtype)
     c = np.ascontiguousarray
-    i_, cs_, f_, o_, ci_, co_ = (c(a) for a in outputs[:6])
-    backward_kernel(c(cs_prev), i_, cs_, f_, o_, ci_, co_, c(cs_grad), c(h_grad), packed_t.w_rec_t, packed_t.bounds,
-                    packed_t.col_off, gate_blocks(layout), c(wci), c(wcf), c(wco), bool(use_peephole), work, dgates,
-                    dc, *peephole_grads)
+    options = OpOptions(use_peephole=bool(use_peephole)).kernel_options(dtype.type)
+    backward_kernel(c(cs_prev), tuple(c(a) for a in outputs[:6]), (c(cs_grad), c(h_grad)),
+                    packed_t.record(layout, (wci, wcf, wco)), options, work, (dgates, dc, tuple(peephole_grads)))
     return (dgates, dc, *peephole_grads)
 
 
@@ -725,6 +759,6 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
             options.layout,
             _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype), packed_t)
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
-                            w[:inputs].T, w[inputs:].T, x_rows, w_rows, col_blocks, x_grad2d, w_grad, b_grad,
+                            w[:inputs].T, w[inputs:].T, (x_rows, w_rows, col_blocks), x_grad2d, w_grad, b_grad,
                             h_prev_grad)
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)

@@ -54,8 +54,7 @@ import numpy as np
 from numba import njit
 
 from .._jit import KERNEL
-from ..options import clip_scalars
-from ..spec import clip_value
+from ..spec import UnitOptions, clip_value
 from . import half, microkernel, pool
 from .blas import kernel_section, single_threaded_blas
 from .cell import forward_row
@@ -100,8 +99,7 @@ def _gate_rows(f, m, act, one):
     batch, units, width = m[_B], m[_H], m[_WIDTH]
     uk = units
     four = 4 * units
-    forget_bias, cell_clip, clip_on = f[_FORGET_BIAS], f[_CELL_CLIP], m[_CLIP_ON] != 0
-    use_peepholes = m[_PEEPHOLES] != 0
+    unit = UnitOptions(f[_FORGET_BIAS], f[_CELL_CLIP], m[_CLIP_ON] != 0, act, m[_PEEPHOLES] != 0, one)
     # Row views sliced to the units, indexed from 0 (they vectorize), as in nblstm.cpu.cell.
     bk = f[m[_BIAS] : m[_BIAS] + four]
     w_ik, w_fk, w_ok = f[m[_W_I] : m[_W_I] + uk], f[m[_W_F] : m[_W_F] + uk], f[m[_W_O] : m[_W_O] + uk]
@@ -114,8 +112,7 @@ def _gate_rows(f, m, act, one):
         c_raw_r = f[m[_C_RAW] + b * uk : m[_C_RAW] + (b + 1) * uk]
         ac_r = f[m[_AC] + b * uk : m[_AC] + (b + 1) * uk]
         r_r = f[r_off + b * uk : r_off + (b + 1) * uk]
-        forward_row(g, pre, bk, c_src, w_ik, w_fk, w_ok, forget_bias, cell_clip, clip_on, act, use_peepholes, one,
-                    c_raw_r, c_r, ac_r, r_r)
+        forward_row(g, pre, bk, c_src, (w_ik, w_fk, w_ok), unit, (c_raw_r, c_r, ac_r, r_r))
 
 
 @njit(**KERNEL)
@@ -248,20 +245,19 @@ class CellStep:
             layout[slot] = offset
             offset += size
         use_peepholes = "w_i_diag" in weights
-        cell_clip, clip_on = clip_scalars(options.cell_clip)
-        proj_clip, proj_clip_on = clip_scalars(options.proj_clip if has_proj else None)
+        scalars = options.kernel_options(has_proj, use_peepholes)  # the cell's kernels' record (KernelOptions)
         layout[[_B, _I, _H, _P, _WIDTH]] = batch, inputs, units, depth, width
         layout[[_HAS_PROJ, _PEEPHOLES, _CLIP_ON, _PROJ_CLIP_ON, _ACT]] = (
             has_proj,
             use_peepholes,
-            clip_on,
-            proj_clip_on,
-            options.kernel_code(),
+            scalars.clip_on,
+            scalars.proj_clip_on,
+            scalars.act,
         )
         f = pool.aligned(offset, ct)
         f[:] = 0  # the panels' padding and the workspaces too: every element is defined
         # The kernels' scalars, rounded to the compute dtype as the cell's kernels round them.
-        f[[_FORGET_BIAS, _CELL_CLIP, _PROJ_CLIP]] = options.forget_bias, cell_clip, proj_clip
+        f[[_FORGET_BIAS, _CELL_CLIP, _PROJ_CLIP]] = scalars.forget_bias, scalars.cell_clip, scalars.proj_clip
 
         def part(slot, size, shape=None):
             view = f[layout[slot] : layout[slot] + size]
