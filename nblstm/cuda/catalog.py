@@ -13,7 +13,7 @@ import numpy as np
 from numba import types
 
 from . import cell_kernels, elementwise, fused_kernels, gemm, layer_kernels, resident  # noqa: F401 - they register
-from .registry import KERNELS
+from .registry import KERNELS, Record
 
 __all__ = ["signatures"]
 
@@ -22,6 +22,8 @@ _NUMBA_TYPES = {np.dtype(np.float16): types.float16, np.dtype(np.float32): types
 
 
 def _type(kind, nt):
+    if isinstance(kind, Record):
+        return types.BaseTuple.from_types([_type(k, nt) for k in kind.field_kinds()], kind.cls)
     if kind == "s":
         return nt
     if kind == "i64":

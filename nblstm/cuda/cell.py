@@ -47,8 +47,16 @@ reductions in a fixed order.
 import numpy as np
 from numba import cuda
 
-from ..options import clip_scalars
-from .cell_kernels import backward_h_step, backward_units_step, forward_step, project_step
+from .cell_kernels import (
+    CellForward,
+    CellGrads,
+    CellState,
+    CellWeights,
+    backward_h_step,
+    backward_units_step,
+    forward_step,
+    project_step,
+)
 from .config import SB, SJ, ceil_div, padded, size
 from .elementwise import gather_rows, masked_outputs, scatter_add_rows, write_state
 from .interop import as_device
@@ -93,6 +101,8 @@ class DeviceWeights:
     input_depth, units, depth : int
         ``I``, ``H`` and ``P = num_proj or H``.
     use_peepholes, has_proj : bool
+    record : nblstm.cuda.cell_kernels.CellWeights
+        The arrays the step kernels read, as their one argument.
     """
 
     def __init__(self, weights, dtype, stream=0):
@@ -127,6 +137,7 @@ class DeviceWeights:
         self.bias = views["bias"]
         self.w_i, self.w_f, self.w_o = (views.get(n, self.bias) for n in _PEEPHOLE_NAMES)
         self.projection = views.get("projection/kernel", self.w_rec)
+        self.record = CellWeights(self.w_rec, self.projection, self.w_i, self.w_f, self.w_o)
 
 
 def _device_weights(run, weights, cache):
@@ -141,15 +152,6 @@ def _device_weights(run, weights, cache):
 def _numba_array(value):
     """Results stay Numba device arrays, whatever kind of GPU array the caller gave (the cell's contract)."""
     return value
-
-
-def _kernel_options(options, dt):
-    """The cell's options as the kernels' scalars (``dt``: the compute dtype's type), unpacked here only.
-
-    Returns ``(forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act)``.
-    """
-    return (dt(options.forget_bias), *clip_scalars(options.cell_clip, dt), *clip_scalars(options.proj_clip, dt),
-            options.kernel_code())
 
 
 def _state_parts(offset, batch, units, depth, join_state):
@@ -258,7 +260,6 @@ def _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells, hs, m
     """The input GEMM and the time loop of the forward pass (``s >= 1`` steps, ``B >= 1``)."""
     steps, batch, inputs = x.shape
     units, depth = w.units, w.depth
-    forget_bias, cell_clip, clip_on, proj_clip, proj_clip_on, act = _kernel_options(options, run.dtype.type)
     if maps is None:
         # The input projection of all steps plus the bias, straight into the gates array.
         run.gemm(x[:s].reshape(s * batch, inputs), w.w_x, gates.reshape(s * batch, 4 * units), bias=w.bias)
@@ -268,23 +269,19 @@ def _forward_steps(run, x, c0, h0, w, d_lengths, s, options, gates, cells, hs, m
         run.gemm(x.reshape(steps * batch, inputs), w.w_x, pre.reshape(steps * batch, 4 * units), bias=w.bias)
         run.elementwise(gather_rows, size(gates.shape), pre, pre[0], maps["time_of"][:s], 0, gates,
                         run.dtype.type(0))
-    if not w.has_proj and run.resident(cell_forward_resident, s, (gates, c0, h0, w.w_rec, d_lengths, w.w_i, w.w_f,
-                                                                   w.w_o, run.one, forget_bias, cell_clip, clip_on,
-                                                                   act, w.use_peepholes, cells, hs),
-                                       batch, units, True):
+    args = (CellForward(gates, cells, hs), CellState(c0, h0), w.record, d_lengths, run.one,
+            run.kernel_options(options, w.has_proj, w.use_peepholes))
+    if not w.has_proj and run.resident(cell_forward_resident, s, args, batch, units, True):
         return
     block = (SJ, SB)
     rows = ceil_div(batch, SB)
     # With the per-step GEMM loop cuBLAS adds h[t - 1] @ kernel[I:] to gates[t] (and computes r[t] @ projection
     # into h_raw[t]) before each step's kernel, which then only runs the gate maths.
     given = run.step_gemm()
-    step = Repeat(forward_step, (ceil_div(units, SJ), rows), block, run.stream,
-                  (gates, c0, h0, w.w_rec, d_lengths, w.w_i, w.w_f, w.w_o, run.one, forget_bias,
-                   cell_clip, clip_on, act, w.use_peepholes, w.has_proj, cells, hs, given))
+    step = Repeat(forward_step, (ceil_div(units, SJ), rows), block, run.stream, (*args, given))
     project = None
     if w.has_proj:
-        project = Repeat(project_step, (ceil_div(depth, SJ), rows), block, run.stream,
-                         (cells, h0, w.projection, d_lengths, run.one, proj_clip, proj_clip_on, hs, given))
+        project = Repeat(project_step, (ceil_div(depth, SJ), rows), block, run.stream, (*args, given))
     if given:
         recurrent = run.step_product(w.w_rec, batch, accumulate=True)
         projected = run.step_product(w.projection, batch) if w.has_proj else None
@@ -384,7 +381,6 @@ def _backward_steps(run, saved, d_out, dc, dh, d_x, d_weights):
     """The time loop of the backward pass and the GEMMs after it (``S >= 1`` steps, ``B >= 1``)."""
     x, c0, h0, w, s = saved["x"], saved["c0"], saved["h0"], saved["weights"], saved["steps"]
     gates, cells, hs, d_lengths = saved["gates"], saved["cells"], saved["hs"], saved["lengths"]
-    _, cell_clip, clip_on, proj_clip, proj_clip_on, act = _kernel_options(saved["options"], run.dtype.type)
     steps, batch, inputs = x.shape
     units, depth = w.units, w.depth
     maps = saved["maps"]
@@ -403,21 +399,21 @@ def _backward_steps(run, saved, d_out, dc, dh, d_x, d_weights):
     given = run.step_gemm()
     carried_h = run.scratch((batch, depth)) if given else dh
     carried_r = (run.scratch((batch, units)) if w.has_proj else carried_h) if given else dc
+    fwd, weights = CellForward(gates, cells, hs), w.record
+    options = run.kernel_options(saved["options"], w.has_proj, w.use_peepholes)
+    grads = CellGrads(d_out, dgates, dc, dh, dh_raw)
     h_step = Repeat(backward_h_step, (ceil_div(depth, SJ), rows), block, run.stream,
-                    (s, dgates, w.w_rec, d_lengths, d_out, hs, run.one, proj_clip, proj_clip_on, dh, dh_raw, given,
-                     carried_h))
+                    (s, fwd, weights, d_lengths, run.one, options, grads, given, carried_h))
     units_step = Repeat(backward_units_step, (ceil_div(units, SJ), rows), block, run.stream,
-                        (s, c0, gates, cells, dh_raw, w.w_rec, w.projection, d_lengths, d_out, w.w_i, w.w_f,
-                         w.w_o, run.one, cell_clip, clip_on, act, w.use_peepholes, w.has_proj,
-                         dgates, dc, dh, given, carried_r))
+                        (s, fwd, CellState(c0, h0), weights, d_lengths, run.one, options, grads, given, carried_r))
     if given:
         through_w = run.step_product(w.w_rec, batch, trans_b=True)
         through_proj = run.step_product(w.projection, batch, trans_b=True) if w.has_proj else None
         dgate_rows = dgates.reshape(s * batch, 4 * units)
         dh_raw_rows = dh_raw.reshape(s * batch, depth) if w.has_proj else None
     resident = not w.has_proj and run.resident(
-        cell_backward_resident, s, (c0, gates, cells, w.w_rec, d_lengths, d_out, w.w_i, w.w_f, w.w_o, run.one,
-                                    cell_clip, clip_on, act, w.use_peepholes, dgates, dc, dh), batch, units, False)
+        cell_backward_resident, s, (fwd, CellState(c0, h0), weights, d_lengths, run.one, options, grads), batch, units,
+        False)
     for t in range(-1 if resident else s - 1, -1, -1):
         if given and t + 1 < s:
             through_w(dgate_rows, (t + 1) * batch, carried_h, 0)

@@ -17,15 +17,101 @@ and the kernel reads it: a step is then one product and one elementwise
 kernel, as for the fused ops.
 """
 
+from typing import NamedTuple
+
 from numba import cuda
 
-from ..spec import UnitOptions, cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
+from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad
 from .config import SB, SJ
-from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, SCALAR, kernel
-from .tiles import gate_dots, next_step_dot, row_dot
+from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, OPTIONS, SCALAR, Record, kernel
+from .tiles import gate_dots, next_step_dot, row_dot, unit_options
 
-__all__ = ["backward_h_step", "backward_units_step", "cell_backward_at", "cell_unit_at", "forward_step",
-           "project_step"]
+__all__ = ["CellForward", "CellGrads", "CellState", "CellWeights", "backward_h_step", "backward_units_step",
+           "cell_backward_at", "cell_unit_at", "forward_step", "project_step"]
+
+
+class CellState(NamedTuple):
+    """The initial state: ``c0 [B, H]`` and ``h0 [B, P]``."""
+
+    c0: object
+    h0: object
+
+
+class CellWeights(NamedTuple):
+    """The weights the step kernels read (the device arrays of :class:`nblstm.cuda.cell.DeviceWeights`).
+
+    Attributes
+    ----------
+    w_rec : [P, 4H] array
+        ``kernel[I:]``.
+    projection : [H, P] array
+        Read only with a projection (``w_rec`` stands in without one).
+    w_i, w_f, w_o : [H] arrays
+        Peephole weights, read only with ``use_peepholes``.
+    """
+
+    w_rec: object
+    projection: object
+    w_i: object
+    w_f: object
+    w_o: object
+
+
+class CellForward(NamedTuple):
+    """The forward pass's arrays of every step: written by the forward kernels, read by the backward ones.
+
+    Attributes
+    ----------
+    gates : [S, B, 4H] array
+        Before a forward step ``x @ kernel[:I] + bias`` (ICFO); after it the
+        gates ``i, j, f, o`` after their nonlinearities (zero past an
+        example's length).
+    cells : [4, S, B, H] array
+        ``c_raw, c, ac, r``: the cell before and after its clip, ``act(c)``
+        and ``r = o * act(c)``. Past an example's length the cell is carried
+        and ``ac, r`` are zero, except that without a projection ``r`` is
+        ``h``, carried too.
+    hs : [2, S, B, P] array
+        ``h_raw, h``. Without a projection this is ``cells[2:4]`` (``h`` is
+        ``r``).
+    """
+
+    gates: object
+    cells: object
+    hs: object
+
+
+class CellGrads(NamedTuple):
+    """The backward pass's gradients.
+
+    Attributes
+    ----------
+    d_out : [T, B, P] array
+        Gradient of the outputs (read).
+    dgates : [S, B, 4H] array
+        Gradients of the gate pre-activations of each step (zero past an
+        example's length); step ``t`` is written, ``t + 1`` read.
+    dc : [B, H] array
+        The carried gradient of the cell, updated in place.
+    dh : [B, P] array
+        The carried gradient of ``h``, updated in place.
+    dh_raw : [S, B, P] array
+        The gradient of the projection before its clip (with a projection;
+        any ``[S, B, >= P]`` array stands in without one).
+    """
+
+    d_out: object
+    dgates: object
+    dc: object
+    dh: object
+    dh_raw: object
+
+
+#: Kinds of the records' parameters (:mod:`nblstm.cuda.registry`).
+STATE = Record(CellState, A2)
+WEIGHTS = Record(CellWeights, A2, A2, A1, A1, A1)
+FORWARD = Record(CellForward, A3, A4, A4)
+GRADS = Record(CellGrads, A3, A3, A2, A2, A3)
 
 
 @cuda.jit(device=True)
@@ -37,19 +123,20 @@ def thread_tile():
 
 
 @cuda.jit(device=True)
-def cell_unit_at(t, b, j, a_i, a_j, a_f, a_o, gates, c0, h0, lengths, w_i, w_f, w_o, one, forget_bias, cell_clip,
-                 clip_on, act, use_peepholes, has_proj, cells, hs):
-    """Step ``t`` of unit ``j`` of row ``b`` from the recurrent sums ``a_*`` (added to ``gates[t]``, which holds the
-    input projection): the gate maths within the row's length, the carried state past it. Arguments as
-    :func:`forward_step`'s; every forward loop of the cell ends in this function."""
+def cell_unit_at(t, b, j, sums, fwd, state, lengths, weights, unit, has_proj):
+    """Step ``t`` of unit ``j`` of row ``b`` from the recurrent sums ``sums = (a_i, a_j, a_f, a_o)`` (added to
+    ``fwd.gates[t]``, which holds the input projection): the gate maths within the row's length, the carried state
+    past it. Arguments as :func:`forward_step`'s (``unit``: the call's :class:`nblstm.spec.UnitOptions`); every
+    forward loop of the cell ends in this function."""
+    gates, cells, hs = fwd
+    c0, h0 = state
     units = c0.shape[1]
-    zero = one - one
+    zero = unit.one - unit.one
     c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
     if t < lengths[b]:
         i, j_gate, f, o, c_raw, c, ac, r = cell_forward_unit(
-            a_i + gates[t, b, j], a_j + gates[t, b, units + j], a_f + gates[t, b, 2 * units + j],
-            a_o + gates[t, b, 3 * units + j], c_prev, (w_i[j], w_f[j], w_o[j]),
-            UnitOptions(forget_bias, cell_clip, clip_on, act, use_peepholes, one),
+            sums[0] + gates[t, b, j], sums[1] + gates[t, b, units + j], sums[2] + gates[t, b, 2 * units + j],
+            sums[3] + gates[t, b, 3 * units + j], c_prev, (weights.w_i[j], weights.w_f[j], weights.w_o[j]), unit,
         )
         gates[t, b, j] = i
         gates[t, b, units + j] = j_gate
@@ -72,23 +159,25 @@ def cell_unit_at(t, b, j, a_i, a_j, a_f, a_o, gates, c0, h0, lengths, w_i, w_f, 
 
 
 @cuda.jit(device=True)
-def cell_backward_at(t, b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_o, one, cell_clip, clip_on, act,
-                     use_peepholes, has_proj, dgates, dc, dh):
+def cell_backward_at(t, b, j, dr, fwd, state, lengths, weights, unit, has_proj, grads):
     """Backward step ``t`` of unit ``j`` of row ``b`` from ``dr``, the gradient of ``r`` carried into it (without a
     projection: from step ``t + 1``'s gate gradients, before ``dh``'s carry and ``d_out``). Arguments as
     :func:`backward_units_step`'s; every backward loop of the cell ends in this function."""
+    gates, cells = fwd.gates, fwd.cells
+    c0 = state.c0
+    dgates, dc, dh = grads.dgates, grads.dc, grads.dh
     units = c0.shape[1]
-    zero = one - one
+    zero = unit.one - unit.one
     if not has_proj:
         if t + 1 < lengths[b]:
             dh[b, j] = dr
-        dr = dh[b, j] + d_out[t, b, j]
+        dr = dh[b, j] + grads.d_out[t, b, j]
     if t < lengths[b]:
         c_prev = c0[b, j] if t == 0 else cells[1, t - 1, b, j]
         di, dj, df, do, dc_prev = cell_backward_unit(
             dr, dc[b, j], gates[t, b, j], gates[t, b, units + j], gates[t, b, 2 * units + j],
-            gates[t, b, 3 * units + j], cells[0, t, b, j], cells[2, t, b, j], c_prev, (w_i[j], w_f[j], w_o[j]),
-            UnitOptions(one - one, cell_clip, clip_on, act, use_peepholes, one),
+            gates[t, b, 3 * units + j], cells[0, t, b, j], cells[2, t, b, j], c_prev,
+            (weights.w_i[j], weights.w_f[j], weights.w_o[j]), unit,
         )
         dgates[t, b, j] = di
         dgates[t, b, units + j] = dj
@@ -102,92 +191,68 @@ def cell_backward_at(t, b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_
 
 
 @kernel("cell")
-def forward_step(t: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS, w_i: A1, w_f: A1, w_o: A1, one: SCALAR,
-                 forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL,
-                 cells: A4, hs: A4, given: BOOL):
+def forward_step(t: I64, fwd: FORWARD, state: STATE, weights: WEIGHTS, lengths: LENGTHS, one: SCALAR,
+                 options: OPTIONS, given: BOOL):
     """Forward step ``t`` of every unit (before the projection).
 
     Parameters
     ----------
     t : int
-    gates : [S, B, 4H] array
-        On entry ``x @ kernel[:I] + bias`` (ICFO); step ``t`` becomes
-        the gates ``i, j, f, o`` after their nonlinearities (zero past
-        an example's length).
-    c0 : [B, H] array
-    h0 : [B, P] array
-    w_rec : [P, 4H] array
-        ``kernel[I:]``.
+    fwd : CellForward
+        Step ``t`` of ``gates`` becomes the gates, of ``cells`` is written;
+        ``hs.h[t - 1]`` is read.
+    state : CellState
+    weights : CellWeights
     lengths : [B] int64 array
-    w_i, w_f, w_o : [H] arrays
-        Peephole weights (read only with ``use_peepholes``).
-    one, forget_bias, cell_clip : scalars of the compute dtype
-    clip_on : bool
-    act : int
-        Activation code.
-    use_peepholes, has_proj : bool
-    cells : [4, S, B, H] array
-        Output ``c_raw, c, ac, r``: the cell before and after its clip,
-        ``act(c)`` and ``r = o * act(c)``. Past an example's length the
-        cell is carried and ``ac, r`` are zero, except that without a
-        projection ``r`` is ``h``, carried too.
-    hs : [2, S, B, P] array
-        ``h_raw, h``; ``h[t - 1]`` is read. Without a projection this is
-        ``cells[2:4]`` (``h`` is ``r``).
+    one : scalar of the compute dtype
+    options : nblstm.options.KernelOptions
+        The call's options, bounds in the compute dtype.
     given : bool
         ``gates[t]`` already holds ``h[t - 1] @ w_rec`` too.
     """
+    c0, h0 = state
     batch, units = c0.shape
     jt, bt, j, b = thread_tile()
     zero = one - one
     a_i = a_j = a_f = a_o = zero
     if not given:
-        a_i, a_j, a_f, a_o = gate_dots(t, jt, bt, h0, hs[1], w_rec, 0, 1, 2, 3, zero)
+        a_i, a_j, a_f, a_o = gate_dots(t, jt, bt, h0, fwd.hs[1], weights.w_rec, 0, 1, 2, 3, zero)
     if b < batch and j < units:
-        cell_unit_at(t, b, j, a_i, a_j, a_f, a_o, gates, c0, h0, lengths, w_i, w_f, w_o, one, forget_bias, cell_clip,
-                     clip_on, act, use_peepholes, has_proj, cells, hs)
+        cell_unit_at(t, b, j, (a_i, a_j, a_f, a_o), fwd, state, lengths, weights,
+                     unit_options(options, one, options.act), options.has_proj)
 
 
 @kernel("cell")
-def project_step(t: I64, cells: A4, h0: A2, w_proj: A2, lengths: LENGTHS, one: SCALAR, proj_clip: SCALAR,
-                 proj_clip_on: BOOL, hs: A4, given: BOOL):
+def project_step(t: I64, fwd: FORWARD, state: STATE, weights: WEIGHTS, lengths: LENGTHS, one: SCALAR,
+                 options: OPTIONS, given: BOOL):
     """Projection of step ``t``: ``h = clip(r @ projection)``, carried past an example's length.
 
-    Parameters
-    ----------
-    t : int
-    cells : [4, S, B, H] array
-        ``r[t]`` (``cells[3, t]``) is read.
-    h0 : [B, P] array
-    w_proj : [H, P] array
-    lengths : [B] int64 array
-    one, proj_clip : scalars of the compute dtype
-    proj_clip_on : bool
-    hs : [2, S, B, P] array
-        Output ``h_raw[t]`` (zero past the length) and ``h[t]``.
-    given : bool
-        ``h_raw[t]`` already holds ``r[t] @ w_proj`` for every row.
+    Arguments as :func:`forward_step`'s: ``r[t]`` (``fwd.cells[3, t]``) is
+    read, ``fwd.hs[:, t]`` written (``h_raw`` zero past the length).
+    ``given``: ``h_raw[t]`` already holds ``r[t] @ projection`` for every row.
     """
+    cells, hs = fwd.cells, fwd.hs
+    h0 = state.h0
     batch, depth = h0.shape
     pt, bt, p, b = thread_tile()
     zero = one - one
     acc = zero
     if not given:
-        acc = row_dot(cells[3, t], w_proj, False, pt, bt, zero)
+        acc = row_dot(cells[3, t], weights.projection, False, pt, bt, zero)
     if b < batch and p < depth:
         if given:
             acc = hs[0, t, b, p]
         if t < lengths[b]:
             hs[0, t, b, p] = acc
-            hs[1, t, b, p] = clip_value(acc, proj_clip, proj_clip_on)
+            hs[1, t, b, p] = clip_value(acc, options.proj_clip, options.proj_clip_on)
         else:
             hs[0, t, b, p] = zero
             hs[1, t, b, p] = h0[b, p] if t == 0 else hs[1, t - 1, b, p]
 
 
 @kernel("cell")
-def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS, d_out: A3, hs: A4, one: SCALAR,
-                    proj_clip: SCALAR, proj_clip_on: BOOL, dh: A2, dh_raw: A3, given: BOOL, product: A2):
+def backward_h_step(t: I64, steps: I64, fwd: FORWARD, weights: WEIGHTS, lengths: LENGTHS, one: SCALAR,
+                    options: OPTIONS, grads: GRADS, given: BOOL, product: A2):
     """Backward step ``t`` of the output state ``h`` (with a projection), or the final carry (``t = -1``).
 
     Rows active at ``t + 1`` take the gradient of ``h[t]`` from that
@@ -201,30 +266,28 @@ def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS,
     ----------
     t, steps : int
         ``-1 <= t < steps = S``.
-    dgates : [S, B, 4H] array
-        Gate gradients; step ``t + 1`` is read.
-    w_rec : [P, 4H] array
+    fwd : CellForward
+        ``hs.h_raw`` is read.
+    weights : CellWeights
     lengths : [B] int64 array
-    d_out : [T, B, P] array
-    hs : [2, S, B, P] array
-        ``h_raw`` is read.
-    one, proj_clip : scalars of the compute dtype
-    proj_clip_on : bool
-    dh : [B, P] array
-        The carried gradient of ``h``, updated in place.
-    dh_raw : [S, B, P] array
-        Output for step ``t``.
+    one : scalar of the compute dtype
+    options : nblstm.options.KernelOptions
+    grads : CellGrads
+        ``dgates[t + 1]`` and ``d_out[t]`` are read, ``dh`` updated in
+        place, ``dh_raw[t]`` written.
     given : bool
         ``product`` holds ``dgates[t + 1] @ w_rec^T`` (``t + 1 < steps``).
     product : [B, P] array
         Read when ``given``.
     """
+    hs = fwd.hs
+    dh, dh_raw, d_out = grads.dh, grads.dh_raw, grads.d_out
     batch, depth = dh.shape
     pt, bt, p, b = thread_tile()
     zero = one - one
     acc = zero
     if not given:
-        acc = next_step_dot(t, steps, dgates, w_rec, pt, bt, zero)
+        acc = next_step_dot(t, steps, grads.dgates, weights.w_rec, pt, bt, zero)
     if b < batch and p < depth:
         if given and t + 1 < steps:
             acc = product[b, p]
@@ -233,16 +296,14 @@ def backward_h_step(t: I64, steps: I64, dgates: A3, w_rec: A2, lengths: LENGTHS,
         if t >= 0:
             if t < lengths[b]:
                 dh_raw[t, b, p] = (dh[b, p] + d_out[t, b, p]) * clip_value_grad(
-                    hs[0, t, b, p], proj_clip, proj_clip_on, one)
+                    hs[0, t, b, p], options.proj_clip, options.proj_clip_on, one)
             else:
                 dh_raw[t, b, p] = zero
 
 
 @kernel("cell")
-def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw: A3, w_rec: A2, w_proj: A2,
-                        lengths: LENGTHS, d_out: A3, w_i: A1, w_f: A1, w_o: A1, one: SCALAR, cell_clip: SCALAR,
-                        clip_on: BOOL, act: I64, use_peepholes: BOOL, has_proj: BOOL, dgates: A3, dc: A2, dh: A2,
-                        given: BOOL, product: A2):
+def backward_units_step(t: I64, steps: I64, fwd: FORWARD, state: STATE, weights: WEIGHTS, lengths: LENGTHS,
+                        one: SCALAR, options: OPTIONS, grads: GRADS, given: BOOL, product: A2):
     """Backward step ``t`` of every unit: the gradient of ``r``, then the gate maths.
 
     With a projection ``dr = dh_raw[t] @ projection^T``. Without one,
@@ -253,38 +314,27 @@ def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw
     ----------
     t, steps : int
         ``0 <= t < steps = S``.
-    c0 : [B, H] array
-    gates : [S, B, 4H] array
-        The forward gates (:func:`forward_step`).
-    cells : [4, S, B, H] array
-        ``c_raw, c, ac, r`` of the forward pass.
-    dh_raw : [S, B, P] array
-        Step ``t`` is read with a projection.
-    w_rec : [P, 4H] array
-    w_proj : [H, P] array
+    fwd : CellForward
+        The forward pass's gates and cells.
+    state : CellState
+    weights : CellWeights
     lengths : [B] int64 array
-    d_out : [T, B, P] array
-    w_i, w_f, w_o : [H] arrays
-    one, cell_clip : scalars of the compute dtype
-    clip_on : bool
-    act : int
-    use_peepholes, has_proj : bool
-    dgates : [S, B, 4H] array
-        Output: gradients of the gate pre-activations of step ``t``
-        (zero past an example's length); step ``t + 1`` is read.
-    dc : [B, H] array
-        The carried gradient of the cell, updated in place.
-    dh : [B, P] array
-        The carried gradient of ``h``, updated in place without a projection.
+    one : scalar of the compute dtype
+    options : nblstm.options.KernelOptions
+    grads : CellGrads
+        ``dh_raw[t]`` is read with a projection; ``dgates[t]`` written
+        (step ``t + 1`` read), ``dc`` updated in place, and ``dh`` without
+        a projection.
     given : bool
-        ``product`` holds ``dr`` before the carry: ``dh_raw[t] @ w_proj^T``
+        ``product`` holds ``dr`` before the carry: ``dh_raw[t] @ projection^T``
         with a projection, else ``dgates[t + 1] @ w_rec^T`` (``t + 1 < steps``).
     product : [B, H] array
         Read when ``given``.
     """
-    batch, units = c0.shape
+    batch, units = state.c0.shape
     jt, bt, j, b = thread_tile()
     zero = one - one
+    has_proj = options.has_proj
     # row_dot called directly in both branches, not next_step_dot: a kernel
     # that reaches row_dot both directly and through next_step_dot declares
     # its shared arrays twice, and NVVM rejects the IR.
@@ -292,11 +342,11 @@ def backward_units_step(t: I64, steps: I64, c0: A2, gates: A3, cells: A4, dh_raw
     if given:
         pass
     elif has_proj:
-        dr = row_dot(dh_raw[t], w_proj, True, jt, bt, zero)
+        dr = row_dot(grads.dh_raw[t], weights.projection, True, jt, bt, zero)
     elif t + 1 < steps:
-        dr = row_dot(dgates[t + 1], w_rec, True, jt, bt, zero)
+        dr = row_dot(grads.dgates[t + 1], weights.w_rec, True, jt, bt, zero)
     if b < batch and j < units:
         if given and (has_proj or t + 1 < steps):
             dr = product[b, j]
-        cell_backward_at(t, b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_o, one, cell_clip, clip_on, act,
-                         use_peepholes, has_proj, dgates, dc, dh)
+        cell_backward_at(t, b, j, dr, fwd, state, lengths, weights, unit_options(options, one, options.act),
+                         has_proj, grads)

@@ -27,10 +27,13 @@ Every kernel and device function is deterministic: no atomics, each output
 element is written by one thread, reductions run in a fixed order.
 """
 
-from ..options import clip_scalars
 from ..spec import GATE_BLOCKS
 from .config import size
 from .fused_kernels import (
+    BackwardResults,
+    ForwardOutputs,
+    OutputGrads,
+    RecurrentWeights,
     backward_gates,
     backward_persistent,
     backward_step,
@@ -75,19 +78,16 @@ def _forward_device(run, x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, o
         return
     xw = run.scratch((s, batch, 4 * units))
     run.gemm(x[:s].reshape(s * batch, inputs), w[:inputs], xw.reshape(s * batch, 4 * units), bias=b)
-    dt = run.dtype.type
     # Absent peephole weights are never used: any array of at least H elements stands in.
-    wci, wcf, wco = (b if p is None else p for p in (wci, wcf, wco))
-    # The options as kernel scalars: here only.
-    maths = (run.one, dt(options.forget_bias), *clip_scalars(options.cell_clip, dt, positive=True),
-             bool(options.use_peephole), *_blocks(options.layout), out)
     w_rec = w[inputs:]
-    args = (xw, cs_prev, h_prev, w_rec, wci, wcf, wco, *maths)
+    weights = RecurrentWeights(w_rec, *(b if p is None else p for p in (wci, wcf, wco)))
+    maths = (run.one, run.kernel_options(options), _blocks(options.layout), out)
+    args = (xw, cs_prev, h_prev, weights, *maths)
 
     def gemm_steps():
         # Per step: xw[t] += h_{t-1} @ W_h (cuBLAS), then the gate maths.
         product = run.step_product(w_rec, batch, accumulate=True)
-        gates = run.repeat_linear(forward_gates, batch * units, (xw, cs_prev, wci, wcf, wco, *maths))
+        gates = run.repeat_linear(forward_gates, batch * units, (xw, cs_prev, weights, *maths))
         h_seq, xw_rows = out[6].reshape(steps * batch, units), xw.reshape(s * batch, 4 * units)
         for t in range(s):
             product(h_prev if t == 0 else h_seq, 0 if t == 0 else (t - 1) * batch, xw_rows, t * batch)
@@ -123,19 +123,17 @@ def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s
     batch, units = cs_prev.shape
     s = seq_len_max
     blocks_layout = _blocks(options.layout)
-    i_, cs_, f_, o_, ci_, co_ = outputs[:6]
-    wci, wcf, wco = (w_rec[0] if p is None else p for p in (wci, wcf, wco))
-    use_peephole = bool(options.use_peephole)
-    args = (cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, w_rec, wci, wcf, wco, run.one, use_peephole,
-            *blocks_layout, dgates, dc)
+    saved = ForwardOutputs(*outputs[:6])
+    weights = RecurrentWeights(w_rec, *(w_rec[0] if p is None else p for p in (wci, wcf, wco)))
+    common = (saved, OutputGrads(cs_grad, h_grad), weights, run.one, run.kernel_options(options), blocks_layout,
+              BackwardResults(dgates, dc))
+    args = (cs_prev, *common)
 
     def gemm_steps():
         # Per step: dh = dgates[t + 1] @ W_h^T (cuBLAS; none at the last step), then the gate maths.
         dh = run.scratch((batch, units))
         product = run.step_product(w_rec, batch, trans_b=True)
-        gates = run.repeat_linear(backward_gates, batch * units, (s, dh, cs_prev, i_, cs_, f_, o_, ci_, co_, cs_grad,
-                                                                  h_grad, wci, wcf, wco, run.one, use_peephole,
-                                                                  *blocks_layout, dgates, dc))
+        gates = run.repeat_linear(backward_gates, batch * units, (s, dh, cs_prev, *common))
         dgate_rows = dgates.reshape(s * batch, 4 * units)
         for t in range(s - 1, -1, -1):
             if t + 1 < s:
@@ -144,8 +142,8 @@ def _backward_recurrent(run, cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, s
 
     run.recurrence(backward_persistent, backward_step, args, s, batch, units, reverse=True,
                    step_args=(s,), resident=backward_resident, gemm_steps=gemm_steps)
-    if use_peephole:
-        run.peephole_grads(s, cs_prev, cs_, dgates, blocks_layout, peephole_grads)
+    if options.use_peephole:
+        run.peephole_grads(s, cs_prev, saved.cs, dgates, blocks_layout, peephole_grads)
 
 
 def _backward_device(run, x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, options):

@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda
 
 from .._validate import compute_dtype
+from ..options import CellOptions
 from . import blas, config
 from .config import (
     ALIGN,
@@ -216,6 +217,32 @@ class Launcher:
         if arena.need and (arena.buffer is None or arena.buffer.shape[0] < arena.need):
             arena.buffer = None  # freed before the larger one is allocated
             arena.buffer = self.empty(arena.need)
+
+    def kernel_options(self, options, has_proj=False, use_peepholes=False):
+        """The call's options as the kernels take them: one :class:`nblstm.options.KernelOptions`, built here only.
+
+        Parameters
+        ----------
+        options : nblstm.options.OpOptions or nblstm.options.CellOptions
+        has_proj, use_peepholes : bool
+            The cell's (its weights decide them); not read for the fused ops.
+
+        Returns
+        -------
+        nblstm.options.KernelOptions
+            The record of :meth:`~nblstm.options.OpOptions.kernel_options`
+            (or ``CellOptions``'), its bounds and ``forget_bias`` in the
+            compute dtype: a float32 kernel then takes no float64 parameter
+            (no float64 conversion in its PTX), and computes with the values
+            the same scalars used to carry.
+        """
+        dt = self.dtype.type
+        if isinstance(options, CellOptions):
+            record = options.kernel_options(has_proj, use_peepholes)
+        else:
+            record = options.kernel_options(dt)
+        return record._replace(forget_bias=dt(record.forget_bias), cell_clip=dt(record.cell_clip),
+                               proj_clip=dt(record.proj_clip))
 
     def _linear(self, kernel, n, *args):
         if n > 0:

@@ -31,9 +31,12 @@ shared-memory limit above 48 KB where the slice needs it.
 
 from numba import cuda
 
+from . import cell_kernels as cell
+from . import fused_kernels as fused
 from .cell_kernels import cell_backward_at, cell_unit_at
 from .fused_kernels import backward_unit_at, forward_unit_at
-from .registry import A1, A2, A3, A4, BOOL, I64, LENGTHS, SCALAR, kernel
+from .registry import A2, A3, A4, BLOCKS, I64, LENGTHS, OPTIONS, SCALAR, kernel
+from .tiles import unit_options
 
 __all__ = ["RB", "backward_resident", "cell_backward_resident", "cell_forward_resident", "forward_resident",
            "shared_words"]
@@ -144,9 +147,8 @@ def _gate_sums(seq, first, t, g0, group, gs, w_s, buf, gate_s, chunk, zero):
 
 
 @kernel("fused")
-def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR,
-                     forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, use_peephole: BOOL, bi: I64, bc: I64,
-                     bf: I64, bo: I64, out: A4, per_block: I64, chunk: I64):
+def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, weights: fused.WEIGHTS, one: SCALAR,
+                     options: OPTIONS, blocks: BLOCKS, out: A4, per_block: I64, chunk: I64):
     """All ``steps`` forward steps with ``W_h``'s slice of each block in shared memory.
 
     Arguments as :func:`nblstm.cuda.fused_kernels.forward_persistent`, and
@@ -160,8 +162,10 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
     lanes = cuda.blockDim.x
     lane = cuda.threadIdx.x
     zero = one - one
+    unit = unit_options(options, one, 0)
+    bi, bc, bf, bo = blocks
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
-    w_s, gate_s, buf = _gate_columns(w_rec, per_block, gs, (bi, bc, bf, bo), zero)
+    w_s, gate_s, buf = _gate_columns(weights.w_rec, per_block, gs, blocks, zero)
     u = cuda.threadIdx.y
     j = cuda.blockIdx.x * per_block + u
     for t in range(steps):
@@ -171,43 +175,43 @@ def forward_resident(steps: I64, xw: A3, cs_prev: A2, h_prev: A2, w_rec: A2, wci
             if j < units:
                 for b in range(lane, group, lanes):
                     bb = g0 + b
-                    forward_unit_at(t, bb, j, gate_s[(4 * u) * gs + b] + xw[t, bb, bi * units + j],
-                                    gate_s[(4 * u + 1) * gs + b] + xw[t, bb, bc * units + j],
-                                    gate_s[(4 * u + 2) * gs + b] + xw[t, bb, bf * units + j],
-                                    gate_s[(4 * u + 3) * gs + b] + xw[t, bb, bo * units + j],
-                                    cs_prev, wci, wcf, wco, one, forget_bias, cell_clip, clip_on, use_peephole, out)
+                    forward_unit_at(t, bb, j, (gate_s[(4 * u) * gs + b] + xw[t, bb, bi * units + j],
+                                               gate_s[(4 * u + 1) * gs + b] + xw[t, bb, bc * units + j],
+                                               gate_s[(4 * u + 2) * gs + b] + xw[t, bb, bf * units + j],
+                                               gate_s[(4 * u + 3) * gs + b] + xw[t, bb, bo * units + j]),
+                                    cs_prev, weights, unit, out)
         grid.sync()
 
 
 @kernel("cell")
-def cell_forward_resident(steps: I64, gates: A3, c0: A2, h0: A2, w_rec: A2, lengths: LENGTHS, w_i: A1, w_f: A1,
-                          w_o: A1, one: SCALAR, forget_bias: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64,
-                          use_peepholes: BOOL, cells: A4, hs: A4, per_block: I64, chunk: I64):
+def cell_forward_resident(steps: I64, fwd: cell.FORWARD, state: cell.STATE, weights: cell.WEIGHTS,
+                          lengths: LENGTHS, one: SCALAR, options: OPTIONS, per_block: I64, chunk: I64):
     """All ``steps`` forward steps of ``LSTMCell`` without a projection, ``W_h``'s slices in shared memory.
 
-    Arguments as :func:`nblstm.cuda.cell_kernels.forward_step`'s (``hs`` is
-    ``cells[2:4]``: ``h`` is ``r``), and ``per_block`` and ``chunk`` as
+    Arguments as :func:`nblstm.cuda.cell_kernels.forward_step`'s (``fwd.hs``
+    is ``fwd.cells[2:4]``: ``h`` is ``r``), and ``per_block`` and ``chunk`` as
     :func:`forward_resident`'s, with the same grid and shared memory.
     """
     grid = cuda.cg.this_grid()
+    c0, h0 = state
     batch, units = c0.shape
     lanes = cuda.blockDim.x
     lane = cuda.threadIdx.x
     zero = one - one
+    unit = unit_options(options, one, options.act)
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
-    w_s, gate_s, buf = _gate_columns(w_rec, per_block, gs, (0, 1, 2, 3), zero)
+    w_s, gate_s, buf = _gate_columns(weights.w_rec, per_block, gs, (0, 1, 2, 3), zero)
     u = cuda.threadIdx.y
     j = cuda.blockIdx.x * per_block + u
     for t in range(steps):
         for g0 in range(0, batch, RB):
             group = min(RB, batch - g0)
-            _gate_sums(hs[1], h0, t, g0, group, gs, w_s, buf, gate_s, chunk, zero)
+            _gate_sums(fwd.hs[1], h0, t, g0, group, gs, w_s, buf, gate_s, chunk, zero)
             if j < units:
                 for b in range(lane, group, lanes):
-                    cell_unit_at(t, g0 + b, j, gate_s[(4 * u) * gs + b], gate_s[(4 * u + 1) * gs + b],
-                                 gate_s[(4 * u + 2) * gs + b], gate_s[(4 * u + 3) * gs + b], gates, c0, h0, lengths,
-                                 w_i, w_f, w_o, one, forget_bias, cell_clip, clip_on, act, use_peepholes, False,
-                                 cells, hs)
+                    cell_unit_at(t, g0 + b, j, (gate_s[(4 * u) * gs + b], gate_s[(4 * u + 1) * gs + b],
+                                                gate_s[(4 * u + 2) * gs + b], gate_s[(4 * u + 3) * gs + b]),
+                                 fwd, state, lengths, weights, unit, False)
         grid.sync()
 
 
@@ -271,9 +275,9 @@ def _lane_sum(buf, u, b, gs):
 
 
 @kernel("fused")
-def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, ci_: A3, co_: A3, cs_grad: A3,
-                      h_grad: A3, w_rec: A2, wci: A1, wcf: A1, wco: A1, one: SCALAR, use_peephole: BOOL, bi: I64,
-                      bc: I64, bf: I64, bo: I64, dgates: A3, dc: A2, per_block: I64, chunk: I64):
+def backward_resident(steps: I64, cs_prev: A2, saved: fused.SAVED, grads: fused.GRADS, weights: fused.WEIGHTS,
+                      one: SCALAR, options: OPTIONS, blocks: BLOCKS, results: fused.RESULTS, per_block: I64,
+                      chunk: I64):
     """All backward steps, ``S - 1 .. 0``, with the rows of ``W_h`` of each block's units in shared memory.
 
     Arguments as :func:`nblstm.cuda.fused_kernels.backward_persistent`, and
@@ -287,54 +291,55 @@ def backward_resident(steps: I64, cs_prev: A2, i_: A3, cs_: A3, f_: A3, o_: A3, 
     lane = cuda.threadIdx.x
     u = cuda.threadIdx.y
     zero = one - one
+    unit = unit_options(options, one, 0)
+    h_grad = grads.h_grad
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
-    w_s, buf = _weight_rows(w_rec, per_block, zero)
+    w_s, buf = _weight_rows(weights.w_rec, per_block, zero)
     j = cuda.blockIdx.x * per_block + u
     for step in range(steps):
         t = steps - 1 - step
         for g0 in range(0, batch, RB):
             group = min(RB, batch - g0)
-            _carried_sums(dgates, t, steps, g0, group, gs, w_s, buf, chunk, zero)
+            _carried_sums(results.dgates, t, steps, g0, group, gs, w_s, buf, chunk, zero)
             if j < units:
                 for b in range(lane, group, lanes):
-                    backward_unit_at(t, g0 + b, j, h_grad[t, g0 + b, j] + _lane_sum(buf, u, b, gs), cs_prev, i_,
-                                     cs_, f_, o_, ci_, co_, cs_grad, wci, wcf, wco, one, use_peephole, bi, bc, bf,
-                                     bo, dgates, dc)
+                    backward_unit_at(t, g0 + b, j, h_grad[t, g0 + b, j] + _lane_sum(buf, u, b, gs), cs_prev, saved,
+                                     grads.cs_grad, weights, unit, blocks, results)
             cuda.syncthreads()  # the next group stages into the buffer these sums were read from
         grid.sync()
 
 
 @kernel("cell")
-def cell_backward_resident(steps: I64, c0: A2, gates: A3, cells: A4, w_rec: A2, lengths: LENGTHS, d_out: A3,
-                           w_i: A1, w_f: A1, w_o: A1, one: SCALAR, cell_clip: SCALAR, clip_on: BOOL, act: I64,
-                           use_peepholes: BOOL, dgates: A3, dc: A2, dh: A2, per_block: I64, chunk: I64):
+def cell_backward_resident(steps: I64, fwd: cell.FORWARD, state: cell.STATE, weights: cell.WEIGHTS,
+                           lengths: LENGTHS, one: SCALAR, options: OPTIONS, grads: cell.GRADS, per_block: I64,
+                           chunk: I64):
     """All backward steps of ``LSTMCell`` without a projection, ``S - 1 .. 0``, the rows of ``W_h`` of each
     block's units in shared memory.
 
     Arguments as :func:`nblstm.cuda.cell_kernels.backward_units_step`'s
-    (``dh`` is carried in place; the gradient of ``h0`` is left to one
+    (``grads.dh`` is carried in place; the gradient of ``h0`` is left to one
     :func:`~nblstm.cuda.cell_kernels.backward_h_step` at ``t = -1``), and
     ``per_block`` and ``chunk`` as :func:`backward_resident`'s, with the same
     grid and shared memory.
     """
     grid = cuda.cg.this_grid()
-    batch, units = c0.shape
+    batch, units = state.c0.shape
     lanes = cuda.blockDim.x
     lane = cuda.threadIdx.x
     u = cuda.threadIdx.y
     zero = one - one
+    unit = unit_options(options, one, options.act)
     gs = min(batch, RB)  # rows of a group, the row stride of the sums
-    w_s, buf = _weight_rows(w_rec, per_block, zero)
+    w_s, buf = _weight_rows(weights.w_rec, per_block, zero)
     j = cuda.blockIdx.x * per_block + u
     for step in range(steps):
         t = steps - 1 - step
         for g0 in range(0, batch, RB):
             group = min(RB, batch - g0)
-            _carried_sums(dgates, t, steps, g0, group, gs, w_s, buf, chunk, zero)
+            _carried_sums(grads.dgates, t, steps, g0, group, gs, w_s, buf, chunk, zero)
             if j < units:
                 for b in range(lane, group, lanes):
                     dr = _lane_sum(buf, u, b, gs) if t + 1 < steps else zero
-                    cell_backward_at(t, g0 + b, j, dr, c0, gates, cells, lengths, d_out, w_i, w_f, w_o, one,
-                                     cell_clip, clip_on, act, use_peepholes, False, dgates, dc, dh)
+                    cell_backward_at(t, g0 + b, j, dr, fwd, state, lengths, weights, unit, False, grads)
             cuda.syncthreads()
         grid.sync()

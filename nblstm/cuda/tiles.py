@@ -6,13 +6,25 @@ These functions accumulate that element's products over shared-memory K
 tiles of ``SK``; every thread of the block must call them (they synchronise
 the block). Their shared arrays take the dtype of the weights (``w``,
 ``a``): one device function, specialised on its argument types.
+
+:data:`unit_options` is the one way a kernel of either family turns the
+call's options into the unit functions' record.
 """
 
 from numba import cuda
 
-from .config import GATE_COLS, SB, SJ, SK, SK_PAD
+from .. import spec
+from .config import GATE_COLS, SB, SIMULATOR, SJ, SK, SK_PAD
 
-__all__ = ["gate_dots", "next_step_dot", "row_dot"]
+__all__ = ["gate_dots", "next_step_dot", "row_dot", "unit_options"]
+
+#: :func:`nblstm.spec.unit_options` as the kernels call it: the call's options
+#: (:class:`nblstm.options.KernelOptions`, bounds in the compute dtype:
+#: :meth:`nblstm.cuda.launch.Launcher.kernel_options`) as the unit functions'
+#: :class:`nblstm.spec.UnitOptions`. In the simulator its Python function: a
+#: compiled call's record would come back with Python floats, which would
+#: promote the simulated gate maths to float64.
+unit_options = spec.unit_options.py_func if SIMULATOR else spec.unit_options
 
 _STEP_THREADS = SJ * SB
 

@@ -89,6 +89,25 @@ def test_every_cell_kernel_compiles_to_ptx(dtype, target_cc):
         pass
 
 
+def test_kernels_take_records_and_at_most_12_parameters():
+    """Every kernel's parameters: at most 12, records typed as (named) tuples of their fields' kinds."""
+    from numba import types
+
+    from nblstm.cuda.fused_kernels import BackwardResults, ForwardOutputs
+    from nblstm.options import KernelOptions
+
+    sigs = {(name, len(sig)): sig for name, _, sig in catalog.signatures(np.float32)}
+    assert all(count <= 12 for _, count in sigs), sorted(sigs)
+    options = types.BaseTuple.from_types([types.float32, types.float32, types.boolean, types.float32, types.boolean,
+                                          types.int64, types.boolean, types.boolean], KernelOptions)
+    backward = sigs[("backward_step", 10)]
+    assert backward[3] == types.NamedUniTuple(types.Array(types.float32, 3, "C"), 6, ForwardOutputs)
+    assert backward[7] == options
+    assert backward[8] == types.UniTuple(types.int64, 4)
+    assert backward[9] == types.NamedTuple((types.Array(types.float32, 3, "C"), types.Array(types.float32, 2, "C")),
+                                           BackwardResults)
+
+
 def test_no_gpu_is_a_clear_runtime_error():
     """GPU-looking arrays in a process without a usable GPU raise RuntimeError, not a crash."""
     if cuda.is_available():
