@@ -7,8 +7,11 @@ The module has ``torch.nn.LSTM``'s constructor, parameters and
 ``forward(input, hx=None)`` takes tensors and ``PackedSequence``. A
 ``torch.autograd.Function`` runs :class:`nblstm.LSTM`'s forward and, in
 the backward pass, the vector-Jacobian product of its kernels
-(:meth:`nblstm.LSTM.vjp`). CPU tensors are read and written in place
-(DLPack views: no copies); CUDA tensors run nblstm's GPU target.
+(:meth:`nblstm.LSTM.vjp`). Where no gradient is asked (``torch.no_grad()``,
+or no input, state or parameter that requires grad) the module runs the
+layer's inference call instead, which keeps only what it returns. CPU
+tensors are read and written in place (DLPack views: no copies); CUDA
+tensors run nblstm's GPU target.
 
 nblstm's options come on top: peepholes (parameters ``weight_ci_l0``,
 ``weight_cf_l0``, ``weight_co_l0``), ``cell_clip``, ``proj_clip`` and
@@ -122,6 +125,16 @@ def _apply(*args):
     """:class:`_Function` outside TorchDynamo's tracing: the kernels read memory that fake tensors do not have,
     so a compiled model breaks its graph here and runs the call eagerly."""
     return _Function.apply(*args)
+
+
+@torch.compiler.disable
+def _infer(module, x, h0, c0, lengths, *params):
+    """The forward alone, where no gradient is asked (outside TorchDynamo's tracing, as :func:`_apply`): the
+    layer's inference call, which keeps only what it returns (:meth:`nblstm.LSTM.__call__`)."""
+    layer = module._layer_with(params)
+    hx = None if h0 is None else (_host(h0), _host(c0))
+    out, (h_n, c_n) = layer(_host(x), hx, sequence_length=lengths, training=module.training)
+    return _tensor(out, x), _tensor(h_n, x), _tensor(c_n, x)
 
 
 class LSTM(torch.nn.Module):
@@ -316,7 +329,11 @@ class LSTM(torch.nn.Module):
             for name, t in (("hx[0]", h0), ("hx[1]", c0)):
                 if not isinstance(t, torch.Tensor):
                     raise TypeError(f"{name} must be a Tensor, got {type(t).__name__}")
-        out, h_n, c_n = _apply(self, x, h0, c0, lengths, *params)
+        tensors = (x, *params) if h0 is None else (x, h0, c0, *params)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            out, h_n, c_n = _apply(self, x, h0, c0, lengths, *params)
+        else:  # torch.no_grad(), or nothing that requires grad: inference
+            out, h_n, c_n = _infer(self, x, h0, c0, lengths, *params)
         if packed:
             out = torch_rnn.pack_padded_sequence(out, lengths_t, batch_first=self.batch_first, enforce_sorted=False)
         return out, (h_n, c_n)

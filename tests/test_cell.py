@@ -836,3 +836,38 @@ def test_parallel_chunks_match_one_chunk(num_proj):
             np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
         for n in weights:
             np.testing.assert_allclose(other[6][n], results[0][6][n], rtol=1e-12, atol=1e-14, err_msg=n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("config", [
+    {},
+    {"cell_clip": 0.4},
+    {"num_proj": 5, "proj_clip": 0.3, "use_peepholes": True},
+    {"num_proj": 5, "activation": "relu", "cell_clip": 2.0},
+    {"activation": "softsign", "recurrent_activation": "hard_sigmoid", "use_peepholes": True},
+], ids=["ops-options", "clip", "projection", "projection-relu", "softsign-peepholes"])
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_inference_keeps_only_what_it_returns_and_gives_the_training_bits(dtype, config, steps):
+    """``run`` (no gradient) writes only the outputs and the final state, and gives the bits of ``vjp``'s forward,
+    which keeps every step's values for the backward: whole sequences, lengths, reversed."""
+    from nblstm.cpu import cell as cpu_cell
+    from nblstm.options import CellOptions
+
+    rng = np.random.default_rng(5)
+    batch, inputs, units = 3, 4, 7
+    cell = LSTMCell(units, dtype=dtype, seed=3, **config)
+    x = rng.standard_normal((steps, batch, inputs)).astype(dtype)
+    for kwargs in ({}, {"sequence_length": np.array([steps, 0, max(steps - 1, 1)])}, {"reverse": True}):
+        outputs, final = cell.run(x, **kwargs)
+        (vjp_outputs, vjp_final), _ = cell.vjp(x, **kwargs)
+        for a, b in ((outputs, vjp_outputs), (final[0], vjp_final[0]), (final[1], vjp_final[1])):
+            np.testing.assert_array_equal(a, b)
+    # What the inference path keeps: h and two steps of c (one step of the cell's scratch).
+    weights = {k: np.ascontiguousarray(v, dtype) for k, v in cell.get_weights().items()}
+    depth = config.get("num_proj", units)
+    packed = cpu_cell.PackedWeights(weights, inputs, batch)
+    zeros_c, zeros_h = np.zeros((batch, units), dtype), np.zeros((batch, depth), dtype)
+    saved = cpu_cell.sequence_forward(x, zeros_c, zeros_h, packed, np.full(batch, steps, np.int64),
+                                      CellOptions(cell_clip=0.5), save=False)
+    assert saved["c"].shape == (2, batch, units) and saved["h"].shape == (steps, batch, depth)
+    assert saved["c_raw"].shape[0] == saved["ac"].shape[0] == 1

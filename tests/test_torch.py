@@ -302,3 +302,25 @@ def test_to_torch_is_a_ready_nn_lstm(kwargs):
     np.testing.assert_allclose(back(x)[0], expected, **tol)
     with pytest.raises(ValueError, match="no equivalent of config's use_peepholes=True"):
         nblstm.LSTM(3, 4, use_peepholes=True).to_torch()
+
+
+@pytest.mark.parametrize("kwargs", CASES, ids=str)
+def test_no_grad_runs_the_inference_call_with_the_training_bits(kwargs):
+    """Under ``torch.no_grad()`` (and with nothing requiring grad) the module runs the layer's inference call:
+    no autograd node, the bits of the forward that training runs, and ``nn.LSTM``'s results."""
+    reference, lstm = pair(dtype=torch.float32, **kwargs)
+    x, h0, c0 = (t.detach().float() for t in inputs(kwargs))
+    trained = lstm(x.requires_grad_(True), (h0, c0))
+    x = x.detach()
+    with torch.no_grad():
+        inferred = lstm(x, (h0, c0))
+        expected = reference(x, (h0, c0))
+    for p in lstm.parameters():
+        p.requires_grad_(False)
+    frozen = lstm(x, (h0, c0))
+    for got in (inferred, frozen):
+        assert got[0].grad_fn is None
+        for a, b in ((got[0], trained[0]), (got[1][0], trained[1][0]), (got[1][1], trained[1][1])):
+            assert torch.equal(a, b.detach())
+        for a, b in ((got[0], expected[0]), (got[1][0], expected[1][0]), (got[1][1], expected[1][1])):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -192,6 +192,12 @@ class CellSaved(NamedTuple):
     ``act(c)`` and ``r = o * act(c)``, ``h_raw [T, B, P]`` the projection
     before ``proj_clip`` (unused without a projection), ``h [T, B, P]`` the
     carried output state (the same array as ``r`` without a projection).
+
+    An inference call keeps no more than it returns: ``c_raw, ac`` and, with
+    a projection, ``r, h_raw`` then have one step, ``c`` two (the previous
+    step is read), and step ``t`` goes to slot ``t % n`` of an array of
+    ``n`` steps (:func:`sequence_forward`). ``gates`` (the input
+    projection) and ``h`` always have every step.
     """
 
     gates: np.ndarray
@@ -264,11 +270,14 @@ def _forward_rows(t, u0, u1, gk, inputs, weights, unit, has_proj, saved):
     # of its slice of a row of ``gates`` (and of ``bias``).
     bk = weights.bias[4 * u0:4 * u1]
     peepholes = (w_i[u0:u1], w_f[u0:u1], w_o[u0:u1])
+    # The step's slots (CellSaved: step t itself, or a slot of a short array).
+    tw, tc, tp = t % c_raw_.shape[0], t % c_.shape[0], (t - 1) % c_.shape[0]
+    ta, tr = t % ac_.shape[0], t % r_.shape[0]
     for b in range(batch):
         g = gk[b]
         pre = gates[t, b, 4 * u0:4 * u1]
-        c_src = c0[b, u0:u1] if t == 0 else c_[t - 1, b, u0:u1]
-        c_raw_r, c_r, ac_r, r_r = c_raw_[t, b, u0:u1], c_[t, b, u0:u1], ac_[t, b, u0:u1], r_[t, b, u0:u1]
+        c_src = c0[b, u0:u1] if t == 0 else c_[tp, b, u0:u1]
+        c_raw_r, c_r, ac_r, r_r = c_raw_[tw, b, u0:u1], c_[tc, b, u0:u1], ac_[ta, b, u0:u1], r_[tr, b, u0:u1]
         if t < lengths[b]:
             # r_r is also h without a projection (h_ is r_)
             forward_row(g, pre, bk, c_src, peepholes, unit, (c_raw_r, c_r, ac_r, r_r))
@@ -321,10 +330,10 @@ def _forward_proj(t, k, inputs, weights, proj_clip, proj_clip_on, work, saved):
     pk = p1 - p0
     wk = weights.w_proj[units * p0:units * p1].reshape((units, pk))
     gk = work[batch * p0:batch * p1].reshape((batch, pk))
-    np.dot(r_[t], wk, gk)
+    np.dot(r_[t % r_.shape[0]], wk, gk)
     for b in range(batch):
         g = gk[b]
-        raw_r, h_r = h_raw_[t, b, p0:p1], h_[t, b, p0:p1]
+        raw_r, h_r = h_raw_[t % h_raw_.shape[0], b, p0:p1], h_[t, b, p0:p1]
         if t < lengths[b]:
             for jj in range(pk):
                 raw_r[jj] = g[jj]
@@ -805,7 +814,7 @@ class FusedWeights:
         return self._backward
 
 
-def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_weights=None):
+def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_weights=None, save=True):
     """Whole-sequence forward of the cell on validated arrays of the compute dtype.
 
     Parameters
@@ -824,6 +833,10 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
         Run the fused ops' forward, where :func:`fused_forward_applies`; the
         saved values are then the ops' outputs, which
         :func:`sequence_backward` gives to the ops' backward.
+    save : bool, default True
+        Keep what the backward reads; ``False`` (inference): only the outputs
+        and the final state are kept (:class:`CellSaved`), and the result is
+        for :func:`final_state` and :func:`masked_outputs` alone.
 
     Returns
     -------
@@ -836,12 +849,12 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     """
     steps, batch, inputs = x.shape
     if fused_weights is not None:
-        return _fused_sequence_forward(x, c0, h0, lengths, options, fused_weights)
+        return _fused_sequence_forward(x, c0, h0, lengths, options, fused_weights, save)
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
     saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": schedule,
-             "fused_weights": None}
+             "fused_weights": None, "save": save}
     if steps == 0 or batch == 0:
         gates = np.zeros((steps, batch, 4 * units), dtype)
         c_raw_, c_, ac_, r_ = (np.zeros((steps, batch, units), dtype) for _ in range(4))
@@ -851,10 +864,18 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
         return saved
     # Every element of these is written by the kernel.
     gates = pool.aligned((steps, batch, 4 * units), dtype)
-    c_raw_, c_, ac_, r_ = pool.aligned((4, steps, batch, units), dtype)  # one allocation
-    if packed.has_proj:
-        h_raw_, h_ = pool.aligned((steps, batch, depth), dtype), pool.aligned((steps, batch, depth), dtype)
-    else:
+    if save:
+        c_raw_, c_, ac_, r_ = pool.aligned((4, steps, batch, units), dtype)  # one allocation
+        if packed.has_proj:
+            h_raw_, h_ = pool.aligned((steps, batch, depth), dtype), pool.aligned((steps, batch, depth), dtype)
+    else:  # a step's scratch, the previous cell state, and the outputs
+        c_raw_, ac_, r_ = pool.aligned((3, 1, batch, units), dtype)
+        c_ = pool.aligned((2, batch, units), dtype)
+        if packed.has_proj:
+            h_raw_, h_ = pool.aligned((1, batch, depth), dtype), pool.aligned((steps, batch, depth), dtype)
+        else:
+            r_ = pool.aligned((steps, batch, units), dtype)
+    if not packed.has_proj:
         h_raw_, h_ = _dummy3(dtype), r_
     saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, h_raw=h_raw_, h=h_)
     rows = steps * batch
@@ -877,16 +898,21 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     return saved
 
 
-def _fused_sequence_forward(x, c0, h0, lengths, options, weights):
+def _fused_sequence_forward(x, c0, h0, lengths, options, weights, save):
     """:func:`sequence_forward` on the fused ops' forward kernel (:func:`fused_forward_applies`)."""
     dtype = weights.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
-    block = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0],
-                          options.kernel_options(False, weights.use_peepholes))
+    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": None,
+             "fused_weights": weights, "save": save}
+    kernel_options = options.kernel_options(False, weights.use_peepholes)
+    if not save and x.shape[1]:  # inference: the outputs and the last cell state only
+        h, c_last = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0],
+                                  kernel_options, save=False)
+        return {**saved, "c": c_last[None], "h": h}
+    block = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0], kernel_options)
     # The ops' seven outputs, as their backward reads them; c and h for the state and the outputs.
-    return {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": None,
-            "fused_weights": weights, "block": block, "c": block[1], "h": block[6]}
+    return {**saved, "block": block, "c": block[1], "h": block[6]}
 
 
 def _fused_sequence_backward(saved, d_out, d_c, d_h):
@@ -913,9 +939,11 @@ def _fused_sequence_backward(saved, d_out, d_c, d_h):
 
 def final_state(saved):
     """The state after the last step, ``(c [B, H], h [B, P])``; the initial state when ``T = 0``."""
-    if saved["c"].shape[0] == 0:
+    steps = saved["h"].shape[0]
+    if steps == 0:
         return saved["c0"].copy(), saved["h0"].copy()
-    return saved["c"][-1].copy(), saved["h"][-1].copy()
+    c = saved["c"]  # every step's, or the slots of an inference call (CellSaved)
+    return c[(steps - 1) % c.shape[0]].copy(), saved["h"][-1].copy()
 
 
 def masked_outputs(saved):
@@ -930,7 +958,7 @@ def masked_outputs(saved):
         return out
     lengths = saved["lengths"]
     if lengths.size == 0 or lengths.min() >= steps:  # nothing to mask (the usual case)
-        return h.copy()
+        return h if not saved["save"] else h.copy()  # an inference call keeps nothing else of h
     mask = np.arange(steps)[:, None] < saved["lengths"][None, :]
     return np.where(mask[:, :, None], h, 0).astype(h.dtype, copy=False)
 

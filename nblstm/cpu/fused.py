@@ -190,7 +190,7 @@ def _forward_chunk(t, k, x_ready, inputs, weights, unit, work, outs):
 
     ``inputs`` (:class:`Inputs`), ``weights`` (:class:`PackedForward`), ``unit``
     (:class:`nblstm.spec.UnitOptions`), ``outs`` the outputs ``(i, cs, f, o,
-    ci, co, h)``, each ``[T, B, H]``. With ``weights.fused`` the gates are
+    ci, co, h)`` (:func:`forward_kernel`). With ``weights.fused`` the gates are
     ``x_t @ w_x + h_{t-1} @ w_rec`` on the micro-kernel, one accumulator per
     element; ``x_ready``: the chunk's ``x_t @ w_x`` is in ``work`` already
     (:func:`_input_part`). Otherwise ``i, ci, f, o`` hold the step's input
@@ -212,6 +212,9 @@ def _forward_chunk(t, k, x_ready, inputs, weights, unit, work, outs):
     width = col_off[k + 1] - col0
     gk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
     h_src = h_prev if t == 0 else h_[t - 1]
+    # The step's slot of each output: step t itself, or a slot of a short
+    # array that an inference call reuses (forward_kernel).
+    ti, tc, tp, to = t % i_.shape[0], t % cs_.shape[0], (t - 1) % cs_.shape[0], t % co_.shape[0]
     panels = width // microkernel.panel_width_of(w_rec)
     if fused and not x_ready:
         _input_part(t, k, col_off, x2d, weights.w_x, work, batch)
@@ -221,10 +224,10 @@ def _forward_chunk(t, k, x_ready, inputs, weights, unit, work, outs):
     if not fused:  # add the input projection
         for b in range(batch):
             g = gk[b]
-            _add_to(g[blocks[0] * uk:(blocks[0] + 1) * uk], i_[t, b, u0:u1])
-            _add_to(g[blocks[1] * uk:(blocks[1] + 1) * uk], ci_[t, b, u0:u1])
-            _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[t, b, u0:u1])
-            _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[t, b, u0:u1])
+            _add_to(g[blocks[0] * uk:(blocks[0] + 1) * uk], i_[ti, b, u0:u1])
+            _add_to(g[blocks[1] * uk:(blocks[1] + 1) * uk], ci_[ti, b, u0:u1])
+            _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[ti, b, u0:u1])
+            _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[ti, b, u0:u1])
     # Gate g of the chunk's units: columns blocks[g] * uk .. of the chunk's
     # GEMM result, and blocks[g] * H + u0 .. of the bias. Every array is
     # sliced to the chunk, so that the unit loop indexes from 0 (no
@@ -240,9 +243,9 @@ def _forward_chunk(t, k, x_ready, inputs, weights, unit, work, outs):
         gc = g[blocks[1] * uk:(blocks[1] + 1) * uk]
         gf = g[blocks[2] * uk:(blocks[2] + 1) * uk]
         go = g[blocks[3] * uk:(blocks[3] + 1) * uk]
-        c_src = cs_prev[b, u0:u1] if t == 0 else cs_[t - 1, b, u0:u1]
-        i_r, cs_r, f_r, o_r = i_[t, b, u0:u1], cs_[t, b, u0:u1], f_[t, b, u0:u1], o_[t, b, u0:u1]
-        ci_r, co_r, h_r = ci_[t, b, u0:u1], co_[t, b, u0:u1], h_[t, b, u0:u1]
+        c_src = cs_prev[b, u0:u1] if t == 0 else cs_[tp, b, u0:u1]
+        i_r, cs_r, f_r, o_r = i_[ti, b, u0:u1], cs_[tc, b, u0:u1], f_[ti, b, u0:u1], o_[ti, b, u0:u1]
+        ci_r, co_r, h_r = ci_[ti, b, u0:u1], co_[to, b, u0:u1], h_[t, b, u0:u1]
         for j in range(uk):
             i, ci, f, o, cs, co, h = forward_unit(
                 gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j], c_src[j], (pi[j], pf[j], po[j]), unit,
@@ -256,7 +259,7 @@ def _forward_chunk(t, k, x_ready, inputs, weights, unit, work, outs):
             h_r[j] = h
 
 
-def forward_kernel(inputs, weights, rows, parallel_projection, options, work, out):
+def forward_kernel(inputs, weights, rows, parallel_projection, options, work, outs):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
     ``weights.fused`` (:func:`~nblstm.cpu.partition.fused_projection`): each step computes its gates as
@@ -280,8 +283,14 @@ def forward_kernel(inputs, weights, rows, parallel_projection, options, work, ou
         ``forget_bias``, the clip and ``use_peepholes`` are read.
     work : [B * col_off[K]] array
         Workspace of the recurrent GEMMs.
-    out : [7, T, B, H] C-contiguous array, T >= S
-        Outputs ``i, cs, f, o, ci, co, h``, written for the first ``S`` steps.
+    outs : tuple of 7 C-contiguous arrays
+        Outputs ``i, cs, f, o, ci, co, h``, each ``[T, B, H]`` with ``T >= S``
+        (written for the first ``S`` steps), or shorter where the caller
+        keeps no more than a step's values: step ``t`` of an output of ``n``
+        steps goes to its slot ``t % n``. ``h`` has every step; ``cs`` may
+        have 2 (the previous step is read), ``co`` 1, and ``i, ci, f, o`` 1
+        with ``fused`` (otherwise they hold the input projection of every
+        step). An inference call keeps only ``h`` and the last ``cs``.
     """
     # The workers compile as serial code (nblstm.cpu.threads); one worker runs
     # on the calling thread alone.
@@ -295,12 +304,12 @@ def forward_kernel(inputs, weights, rows, parallel_projection, options, work, ou
         workers = max(workers, min(tasks, numba.get_num_threads()))
     workers = min(workers, call_threads(steps * batch * 4 * units * (x2d.shape[1] + units), workers))
     claims, done = sync.counters(steps + 1, max(num_chunks, tasks))
-    threads.run(forward_worker, (claims, done, inputs, weights, rows, parallel_projection, options, work, out),
+    threads.run(forward_worker, (claims, done, inputs, weights, rows, parallel_projection, options, work, outs),
                 workers)
 
 
 @njit(**KERNEL)
-def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, options, work, out):
+def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, options, work, outs):
     """Worker ``w``'s part of :func:`forward_kernel` (``claims, done``: :func:`nblstm.cpu.sync.counters` of
     ``S + 1`` stages: the input projection, then the steps).
 
@@ -312,7 +321,6 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
     does not need ``h_t``, while the other chunks finish. Workers past the
     last chunk only help with the input projection.
     """
-    outs = (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
     i_, cs_, f_, o_, ci_ = outs[0], outs[1], outs[2], outs[3], outs[4]
     unit = unit_options(options, cs_.dtype.type(1.0), np.int64(0))  # the fused ops: tanh and sigmoid
     x2d, cs_prev = inputs.x2d, inputs.cs_prev
@@ -594,7 +602,7 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
                           options.kernel_options(x.dtype.type))
 
 
-def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options):
+def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, save=True):
     """:func:`forward` on packed weights (:class:`ForwardWeights` for ``B`` rows).
 
     Also :class:`nblstm.LSTMCell`'s forward where its options are the fused
@@ -604,12 +612,24 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
 
     Returns
     -------
-    numpy.ndarray
-        ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past ``seq_len_max``.
+    numpy.ndarray or tuple
+        ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past
+        ``seq_len_max``. With ``save=False`` (inference, ``seq_len_max = T >
+        0``, ``B > 0``) only what a caller of the cell receives: ``(h [T, B,
+        H], cs [B, H])``, the outputs and the last cell state, the other
+        values in a step's scratch (:func:`forward_kernel`).
     """
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
     dtype = x.dtype
+    if not save:
+        h = pool.empty((steps, batch, units), dtype)
+        ring = pool.aligned((2, batch, units), dtype)
+        scratch = pool.aligned((5 if weights.fused else 1, 1, batch, units), dtype)
+        gates = tuple(scratch[:4]) if weights.fused else tuple(pool.aligned((4, steps, batch, units), dtype))
+        _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, steps, options,
+                       (gates[0], ring, gates[1], gates[2], gates[3], scratch[-1], h))
+        return h, ring[(steps - 1) % 2]
     # One allocation for the seven outputs: at 4 MiB and more NumPy asks for
     # transparent huge pages, and glibc raises its trim threshold to the
     # largest block it has freed, so a training loop neither faults the
@@ -619,15 +639,22 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
     block[:, seq_len_max:] = 0
     if seq_len_max == 0 or batch == 0:
         return block
+    _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, tuple(block))
+    return block
+
+
+def _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, outs):
+    """:func:`forward_kernel` on the first ``seq_len_max > 0`` steps of ``x``, ``B > 0`` rows, into ``outs``."""
+    batch, inputs = x.shape[1:]
+    units = cs_prev.shape[1]
     rows = seq_len_max * batch
     x2d = np.ascontiguousarray(x[:seq_len_max].reshape(rows, inputs))
-    work = pool.aligned(batch * int(weights.col_off[-1]), dtype)
+    work = pool.aligned(batch * int(weights.col_off[-1]), x.dtype)
     c = np.ascontiguousarray
     projection = (split(rows, 1), False) if weights.fused else row_blocks(rows, inputs * 4 * units)
     with kernel_section():
         forward_kernel(Inputs(x2d, c(cs_prev), c(h_prev)), weights.record(b, peepholes), *projection, options, work,
-                       block)
-    return block
+                       outs)
 
 
 class BackwardWeights:

@@ -151,7 +151,7 @@ class CpuTarget:
         c0 = np.zeros((batch, units), ct) if c0 is None else c0
         h0 = np.zeros((batch, depth), ct) if h0 is None else h0
         x, c0, h0 = (np.ascontiguousarray(to_compute(a, ct)) for a in (x, c0, h0))
-        saved = cell.sequence_forward(x, c0, h0, packed, lengths, options, schedule, fused_weights)
+        saved = cell.sequence_forward(x, c0, h0, packed, lengths, options, schedule, fused_weights, save=with_grad)
         c_final, h_final = cell.final_state(saved)
         outputs = to_storage(cell.masked_outputs(saved), dtype)
         state = _state(c_final, h_final, dtype, join_state)
