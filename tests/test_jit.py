@@ -259,7 +259,28 @@ def test_constants_and_array_layouts_from_jitted_code_compile_each_kernel_once()
 
 
 def _compiled_dtypes(dispatcher):
-    return {np.dtype(str(sig[0].dtype)).type for sig in dispatcher.signatures}
+    """The dtypes a kernel is compiled for: that of its first record's first array (``StepInputs.x``)."""
+    return {np.dtype(str(sig[0][0].dtype)).type for sig in dispatcher.signatures}
+
+
+def test_the_kernels_take_records_of_at_most_12_parameters():
+    """The step kernel as a call from Python compiles it: its options one JitOptions of float64, bool and int64
+    (whatever types the caller's options had), its arrays in records of arrays of layout "A"."""
+    p = _problem((1, 2, 3, 4), np.float64, seed=6)
+    x, c0, h0, w, b, wci, wcf, wco = _args(p)
+    c, h = np.empty_like(c0), np.empty_like(c0)
+    lstm.lstm_step(x[0], c0, h0, w, b, wci, wcf, wco, np.float32(1.0), 0, np.bool_(True), np.int32(0), c, h)
+    kernels = [jit_cpu._step_kernel, jit_cpu._step_grad_kernel, jit_cpu._forward_kernel, jit_cpu._backward_kernel]
+    for kernel in kernels:
+        assert len(kernel.py_func.__code__.co_varnames[:kernel.py_func.__code__.co_argcount]) <= 12
+    (sig,) = [sig for sig in jit_cpu._step_kernel.signatures if str(sig[0][0].dtype) == "float64"]
+    inputs, w_type, b_type, peepholes, options, save, out = sig
+    assert inputs.instance_class is jit_cpu.StepInputs and peepholes.instance_class is jit_cpu.Peepholes
+    assert out.instance_class is jit_cpu.StepOutputs
+    assert options.instance_class is jit_cpu.JitOptions
+    assert [str(t) for t in options] == ["float64", "float64", "bool", "int64"]
+    assert {t.layout for t in (*inputs, w_type, b_type, *peepholes, *out)} == {"A"}
+    assert all(t.mutable for t in out) and not any(t.mutable for t in inputs)
 
 
 def test_inputs_are_not_modified_and_outputs_may_be_the_state():

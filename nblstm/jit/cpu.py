@@ -1,15 +1,20 @@
 """The CPU functions of :mod:`nblstm.jit`: LSTM steps and sequences to call from Python or from ``@njit`` code.
 
-Each public function is a Python function with a numba ``@overload``: called
-from jitted code, the overload's few lines are inlined into the caller, and
-they call the function's kernel (``_..._kernel`` below) with the options as
-float64, bool and int64 and the arrays typed as arrays of any layout. So a
+Each public function is a Python function with a numba typing and lowering
+(:func:`_declare`): called from jitted code, the call is compiled into the
+caller as a few lines that build the kernel's records and call the
+function's kernel (``_..._kernel`` below). The kernels take their arguments
+in records (:class:`JitOptions`, the options as float64, bool and int64;
+NamedTuples of arrays typed as arrays of any layout: :class:`StepInputs`,
+:class:`Peepholes`, :class:`StepOutputs`, :class:`OutputGrads`,
+:class:`StepGrads`, :class:`SequenceGrads`), at most 12 parameters. So a
 kernel is compiled once per dtype however it is called: numba types an
 ``int`` or ``bool`` constant written in a caller's code as a literal of its
 value, and C-contiguous, strided and read-only arrays as different types,
 and would compile a plain ``@njit`` function again for each. Called from
 Python, the function checks its arguments and runs a jitted entry point that
-makes the same call.
+makes the same call (its arguments in plain tuples, which dispatch at about
+the cost of their fields: the records are built in compiled code).
 
 Inside, the kernels work on C-contiguous arrays, which LLVM vectorizes: an
 argument whose memory is C-contiguous is used in place, any other is copied
@@ -28,6 +33,7 @@ later process loads the machine code from numba's cache).
 """
 
 import inspect
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, types
@@ -91,6 +97,139 @@ def layout_code(layout):
     elif isinstance(layout, (int, np.integer)) and not isinstance(layout, bool) and int(layout) in (IFCO, ICFO):
         return int(layout)
     raise ValueError(f"layout must be 'ifco' or 'icfo' (or their codes 0 and 1), got {layout!r}")
+
+
+# -- the kernels' records ---------------------------------------------------------------------------------------
+#
+# The kernels take their arguments grouped into records (NamedTuples), the options as one :class:`JitOptions`:
+# compiled code passes a record as its fields, and one built and read in compiled code costs nothing there. They
+# are built in compiled code, by the lowering of a public function's call (:func:`_declare`), whether the call comes
+# from a user's jitted code or from Python through an entry point: a NamedTuple built in Python costs its dispatch
+# about 2.5 us a call more than its fields passed alone (measured here; a plain tuple of the same fields, about 0.1 us
+# more), so the entry points take the public arguments as plain tuples. The kernel functions of nblstm.jit.cuda take
+# the same records.
+
+
+class JitOptions(NamedTuple):
+    """The option scalars of a call of :mod:`nblstm.jit`, as the kernels of both targets take them.
+
+    Built where a public function's call is compiled (float64, bool and int64 fields, so that one kernel serves
+    every value); each target turns it into the unit functions' :class:`~nblstm.spec.UnitOptions` in the compute
+    type, where it also decides whether clipping is on (``cell_clip > 0`` in that type).
+
+    Attributes
+    ----------
+    forget_bias : float
+        ``0.0`` in the gradients' calls (not read).
+    cell_clip : float
+        ``<= 0``: no clipping; ``0.0`` in the gradients' calls (clipping is the identity there).
+    use_peephole : bool
+    layout : int
+        :data:`IFCO` or :data:`ICFO`.
+    """
+
+    forget_bias: float
+    cell_clip: float
+    use_peephole: bool
+    layout: int
+
+
+class StepInputs(NamedTuple):
+    """A step's input and the state it starts from.
+
+    Attributes
+    ----------
+    x : [B, I] array
+        ``[T, B, I]`` for a sequence.
+    cs_prev, h_prev : [B, H] arrays
+    """
+
+    x: object
+    cs_prev: object
+    h_prev: object
+
+
+class Peepholes(NamedTuple):
+    """The peephole weights, or their gradients.
+
+    Attributes
+    ----------
+    wci, wcf, wco : [H] arrays
+    """
+
+    wci: object
+    wcf: object
+    wco: object
+
+
+class StepOutputs(NamedTuple):
+    """The seven outputs of LSTMBlockCell, written by a forward and read by its gradient.
+
+    Attributes
+    ----------
+    i, cs, f, o, ci, co, h : [B, H] arrays
+        ``[T, B, H]`` for a sequence, ``[H]`` for one batch row. A call that writes or reads only some of them
+        passes another of them in the others' places (:func:`lstm_step`: ``cs``; :func:`lstm_step_grad`: ``h``
+        is ``cs``).
+    """
+
+    i: object
+    cs: object
+    f: object
+    o: object
+    ci: object
+    co: object
+    h: object
+
+
+class OutputGrads(NamedTuple):
+    """Gradients of a step's cell state and output (from the loss, or carried from the next step).
+
+    Attributes
+    ----------
+    cs_grad, h_grad : [B, H] arrays
+        ``[T, B, H]`` for a sequence, ``[H]`` for one batch row.
+    """
+
+    cs_grad: object
+    h_grad: object
+
+
+class StepGrads(NamedTuple):
+    """The outputs of :func:`lstm_step_grad`.
+
+    Attributes
+    ----------
+    cs_prev_grad : [B, H] array
+    dicfo : [B, 4H] array
+    peephole_grads : Peepholes
+        Of ``[H]`` arrays, added to.
+    """
+
+    cs_prev_grad: object
+    dicfo: object
+    peephole_grads: Peepholes
+
+
+class SequenceGrads(NamedTuple):
+    """The outputs of :func:`lstm_backward`.
+
+    Attributes
+    ----------
+    x_grad : [T, B, I] array
+    cs_prev_grad, h_prev_grad : [B, H] arrays
+    w_grad : [I + H, 4H] array
+    peephole_grads : Peepholes
+        Of ``[H]`` arrays.
+    b_grad : [4H] array
+    """
+
+    x_grad: object
+    cs_prev_grad: object
+    h_prev_grad: object
+    w_grad: object
+    peephole_grads: Peepholes
+    b_grad: object
 
 
 # -- C-contiguous views and copies ------------------------------------------------------------------------------
@@ -223,15 +362,33 @@ def _gate_blocks(layout):
     return 0, 1, 2, 3
 
 
+@njit(inline="always")
+def _unit_options(options, like):
+    """The unit functions' :class:`~nblstm.spec.UnitOptions` of ``options`` (:class:`JitOptions`) in the compute
+    type, the dtype of the array ``like``: clipping is on when the bound is > 0 in that type. The CPU kernels' one
+    place for it (the gradients' options carry zeros for the floats, not read)."""
+    scalar = like.dtype.type
+    clip = scalar(options.cell_clip)
+    return UnitOptions(scalar(options.forget_bias), clip, clip > 0, 0, options.use_peephole, scalar(1.0))
+
+
+@njit(inline="always")
+def _row(out, r):
+    """Row ``r`` of each output of ``out`` (:class:`StepOutputs` of ``[B, H]`` arrays): ``[H]`` views."""
+    return StepOutputs(out.i[r], out.cs[r], out.f[r], out.o[r], out.ci[r], out.co[r], out.h[r])
+
+
 @njit(**KERNEL)
-def _units(g, bias, c_prev, wci, wcf, wco, fb, clip, clip_on, use_peephole, layout, one, save, i_, cs_, f_, o_, ci_,
-           co_, h_):
+def _units(g, bias, c_prev, peepholes, unit, layout, save, out):
     """The gate maths of one batch row: ``g`` the row's ``[x, h_prev] @ w`` (``[4H]`` or longer), ``c_prev`` its
-    ``[H]`` previous cell state; writes the ``[H]`` outputs (``i_ .. co_`` only with ``save``). As the fused
-    forward kernel: ``forward_unit(g + b, ...)``."""
+    ``[H]`` previous cell state, ``peepholes`` the ``[H]`` weights; writes ``out`` (:class:`StepOutputs` of ``[H]``
+    rows: only ``cs`` and ``h`` without ``save``). As the fused forward kernel: ``forward_unit(g + b, ...)``."""
     units = c_prev.shape[0]
     bi, bc, bf, bo = _gate_blocks(layout)
-    zero = one - one
+    wci, wcf, wco = peepholes
+    i_, cs_, f_, o_, ci_, co_, h_ = out
+    use_peephole = unit.use_peepholes
+    zero = unit.one - unit.one
     # Each gate's columns sliced, so that the unit loop indexes from 0 and LLVM vectorizes it.
     gi, gc = g[bi * units:(bi + 1) * units], g[bc * units:(bc + 1) * units]
     gf, go = g[bf * units:(bf + 1) * units], g[bo * units:(bo + 1) * units]
@@ -242,7 +399,7 @@ def _units(g, bias, c_prev, wci, wcf, wco, fb, clip, clip_on, use_peephole, layo
         pf = wcf[u] if use_peephole else zero
         po = wco[u] if use_peephole else zero
         i, ci, f, o, cs, co, h = forward_unit(gi[u] + si[u], gc[u] + sc[u], gf[u] + sf[u], go[u] + so[u], c_prev[u],
-                                              (pi, pf, po), UnitOptions(fb, clip, clip_on, 0, use_peephole, one))
+                                              (pi, pf, po), unit)
         cs_[u] = cs
         h_[u] = h
         if save:
@@ -254,18 +411,23 @@ def _units(g, bias, c_prev, wci, wcf, wco, fb, clip, clip_on, use_peephole, layo
 
 
 @njit(**KERNEL)
-def _units_grad(c_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, dh, dc_in, wci, wcf, wco, use_peephole, layout,
-                one, dicfo, dc_out, wci_grad, wcf_grad, wco_grad):
+def _units_grad(c_prev, saved, grads, carried, peepholes, unit, layout, dicfo, dc_out, peephole_grads):
     """The gradient of one batch row's gate maths, as the fused backward kernel computes it (its order of operations).
 
-    ``[H]`` rows; ``dh`` and ``dc_in`` are the gradients carried from the next step, added to ``h_grad``
-    and ``cs_grad``. Writes ``dicfo`` (``[4H]``, ``layout`` order) and ``dc_out`` (the ``cs_prev`` gradient;
-    it may be ``dc_in`` or ``cs_grad``: each element is read before it is written); adds the row's peephole
-    gradients.
+    ``[H]`` rows: ``saved`` (:class:`StepOutputs`, ``h`` not read), ``grads`` and ``carried``
+    (:class:`OutputGrads`: the gradients of the loss and those carried from the next step, added together);
+    ``peepholes`` and ``peephole_grads`` (:class:`Peepholes`) ``[H]`` arrays. Writes ``dicfo`` (``[4H]``,
+    ``layout`` order) and ``dc_out`` (the ``cs_prev`` gradient; it may be ``carried.cs_grad`` or ``grads.cs_grad``:
+    each element is read before it is written); adds the row's peephole gradients.
     """
     units = c_prev.shape[0]
     bi, bc, bf, bo = _gate_blocks(layout)
-    zero = one - one
+    i_, cs_, f_, o_, ci_, co_, _ = saved
+    cs_grad, h_grad = grads
+    dc_in, dh = carried
+    wci, wcf, wco = peepholes
+    use_peephole = unit.use_peepholes
+    zero = unit.one - unit.one
     di_, dc_ = dicfo[bi * units:(bi + 1) * units], dicfo[bc * units:(bc + 1) * units]
     df_, do_ = dicfo[bf * units:(bf + 1) * units], dicfo[bo * units:(bo + 1) * units]
     for u in range(units):
@@ -273,14 +435,14 @@ def _units_grad(c_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, dh, dc_in, w
         pf = wcf[u] if use_peephole else zero
         po = wco[u] if use_peephole else zero
         di, dci, df, do, dc_prev = backward_unit(h_grad[u] + dh[u], cs_grad[u] + dc_in[u], i_[u], ci_[u], f_[u], o_[u],
-                                                 co_[u], c_prev[u], (pi, pf, po),
-                                                 UnitOptions(zero, zero, False, 0, use_peephole, one))
+                                                 co_[u], c_prev[u], (pi, pf, po), unit)
         di_[u] = di
         dc_[u] = dci
         df_[u] = df
         do_[u] = do
         dc_out[u] = dc_prev
     if use_peephole:  # a loop of its own, as in the fused kernel
+        wci_grad, wcf_grad, wco_grad = peephole_grads
         for u in range(units):
             wci_grad[u] += di_[u] * c_prev[u]
             wcf_grad[u] += df_[u] * c_prev[u]
@@ -291,16 +453,16 @@ def _units_grad(c_prev, i_, cs_, f_, o_, ci_, co_, cs_grad, h_grad, dh, dc_in, w
 
 
 @njit(**KERNEL)
-def _forward_step(x, cs_prev, h_prev, packed, b, wci, wcf, wco, fb, clip, clip_on, use_peephole, layout, z, work,
-                  save, i_, cs_, f_, o_, ci_, co_, h_):
-    """One step on all rows: ``work = [x, h_prev] @ w`` (``z`` holds ``[x, h_prev]``), then the gate maths.
-    ``h_prev`` and ``cs_prev`` are read before any output is written: the outputs may be them."""
-    one = z.dtype.type(1.0)
+def _forward_step(inputs, packed, b, peepholes, unit, layout, scratch, save, out):
+    """One step on all rows: ``work = [x, h_prev] @ w`` (``scratch`` is ``(z, work)``, ``z`` holds ``[x, h_prev]``),
+    then the gate maths into ``out`` (:class:`StepOutputs` of ``[B, H]`` arrays). ``inputs.h_prev`` and
+    ``inputs.cs_prev`` are read before any output is written: the outputs may be them."""
+    x, cs_prev, h_prev = inputs
+    z, work = scratch
     _join_rows(z, x, h_prev)
     _product(z, packed, work, np.bool_(False))
     for r in range(x.shape[0]):
-        _units(work[r], b, cs_prev[r], wci, wcf, wco, fb, clip, clip_on, use_peephole, layout, one, save, i_[r],
-               cs_[r], f_[r], o_[r], ci_[r], co_[r], h_[r])
+        _units(work[r], b, cs_prev[r], peepholes, unit, layout, save, _row(out, r))
 
 
 @njit(**KERNEL)
@@ -367,54 +529,54 @@ def _check_layout(layout):
 
 
 @njit(inline="always")
-def _check_peepholes(use_peephole, wci, wcf, wco, units):
+def _check_peepholes(use_peephole, peepholes, units):
+    wci, wcf, wco = peepholes
     if use_peephole and (_wrong1(wci, units) or _wrong1(wcf, units) or _wrong1(wco, units)):
         raise ValueError("with use_peephole, wci, wcf and wco must be [H] arrays, H = cs_prev.shape[1]")
 
 
 @njit(inline="always")
-def _options(like, forget_bias, cell_clip):
-    """``(forget_bias, cell_clip, clip_on)`` in the compute type: clipping is on when the bound is > 0 there."""
-    fb = like.dtype.type(forget_bias)
-    clip = like.dtype.type(cell_clip)
-    return fb, clip, clip > 0
+def _c_in_peepholes(peepholes):
+    return Peepholes(_c_in(peepholes.wci), _c_in(peepholes.wcf), _c_in(peepholes.wco))
 
 
 # -- one step ---------------------------------------------------------------------------------------------------
 
 
 @njit(**KERNEL)
-def _step_kernel(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, save, out_i,
-                 out_cs, out_f, out_o, out_ci, out_co, out_h):
-    batch, inputs = x.shape
+def _step_kernel(inputs, w, b, peepholes, options, save, out):
+    """:func:`lstm_step` (``save`` false: only ``out.cs`` and ``out.h`` written, the other fields are ``out.cs``)
+    and :func:`lstm_step_train` (``save``): ``inputs`` :class:`StepInputs`, ``peepholes`` :class:`Peepholes`,
+    ``options`` :class:`JitOptions`, ``out`` :class:`StepOutputs` of ``[B, H]`` arrays."""
+    x, cs_prev, h_prev = inputs
+    batch, inputs_size = x.shape
     units = cs_prev.shape[1]
     if _wrong2(cs_prev, batch, units) or _wrong2(h_prev, batch, units):
         raise ValueError("cs_prev and h_prev must be [B, H] arrays, B = x.shape[0]")
-    if _wrong2(w, inputs + units, 4 * units) or _wrong1(b, 4 * units):
+    if _wrong2(w, inputs_size + units, 4 * units) or _wrong1(b, 4 * units):
         raise ValueError("w must be an [I + H, 4H] array and b a [4H] array, I = x.shape[1], H = cs_prev.shape[1]")
-    _check_peepholes(use_peephole, wci, wcf, wco, units)
-    _check_layout(layout)
-    if _wrong2(out_cs, batch, units) or _wrong2(out_h, batch, units):
+    _check_peepholes(options.use_peephole, peepholes, units)
+    _check_layout(options.layout)
+    if _wrong2(out.cs, batch, units) or _wrong2(out.h, batch, units):
         raise ValueError("out_cs and out_h must be [B, H] arrays like cs_prev")
     if save:
-        for a in (out_i, out_f, out_o, out_ci, out_co):
+        for a in (out.i, out.f, out.o, out.ci, out.co):
             if _wrong2(a, batch, units):
                 raise ValueError("out_i, out_f, out_o, out_ci and out_co must be [B, H] arrays like cs_prev")
-    fb, clip, clip_on = _options(x, forget_bias, cell_clip)
-    cs = _c_out(out_cs)
-    h = _c_out(out_h)
+    unit = _unit_options(options, x)
+    cs = _c_out(out.cs)
+    h = _c_out(out.h)
     if save:
-        i, f, o, ci, co = _c_out(out_i), _c_out(out_f), _c_out(out_o), _c_out(out_ci), _c_out(out_co)
+        i, f, o, ci, co = _c_out(out.i), _c_out(out.f), _c_out(out.o), _c_out(out.ci), _c_out(out.co)
     else:
         i = f = o = ci = co = cs  # not written
-    z = np.empty((batch, inputs + units), x.dtype)
-    work = np.empty((batch, _padded(4 * units, x)), x.dtype)
-    _forward_step(_c_in(x), _c_in(cs_prev), _c_in(h_prev), _pack(_c_in(w)), _c_in(b), _c_in(wci), _c_in(wcf),
-                  _c_in(wco), fb, clip, clip_on, use_peephole, layout, z, work, save, i, cs, f, o, ci, co, h)
-    _c_back(cs, out_cs)
-    _c_back(h, out_h)
+    scratch = (np.empty((batch, inputs_size + units), x.dtype), np.empty((batch, _padded(4 * units, x)), x.dtype))
+    _forward_step(StepInputs(_c_in(x), _c_in(cs_prev), _c_in(h_prev)), _pack(_c_in(w)), _c_in(b),
+                  _c_in_peepholes(peepholes), unit, options.layout, scratch, save, StepOutputs(i, cs, f, o, ci, co, h))
+    _c_back(cs, out.cs)
+    _c_back(h, out.h)
     if save:
-        for c, a in ((i, out_i), (f, out_f), (o, out_o), (ci, out_ci), (co, out_co)):
+        for c, a in ((i, out.i), (f, out.f), (o, out.o), (ci, out.ci), (co, out.co)):
             _c_back(c, a)
 
 
@@ -422,31 +584,39 @@ def _step_kernel(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip
 
 
 @njit(**KERNEL)
-def _step_grad_kernel(cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
-                      out_cs_prev_grad, out_dicfo, wci_grad, wcf_grad, wco_grad):
+def _step_grad_kernel(cs_prev, saved, grads, peepholes, options, out):
+    """:func:`lstm_step_grad`: ``saved`` :class:`StepOutputs` (its ``h`` is ``cs``, not read), ``grads``
+    :class:`OutputGrads`, ``peepholes`` :class:`Peepholes`, ``options`` :class:`JitOptions`, ``out``
+    :class:`StepGrads` (its peephole gradients added to)."""
     batch, units = cs_prev.shape
-    for a in (i, cs, f, o, ci, co, cs_grad, h_grad):
+    for a in (saved.i, saved.cs, saved.f, saved.o, saved.ci, saved.co, grads.cs_grad, grads.h_grad):
         if _wrong2(a, batch, units):
             raise ValueError("i, cs, f, o, ci, co, cs_grad and h_grad must be [B, H] arrays like cs_prev")
-    if _wrong2(out_cs_prev_grad, batch, units):
+    if _wrong2(out.cs_prev_grad, batch, units):
         raise ValueError("out_cs_prev_grad must be a [B, H] array like cs_prev")
-    if _wrong2(out_dicfo, batch, 4 * units):
+    if _wrong2(out.dicfo, batch, 4 * units):
         raise ValueError("out_dicfo must be a [B, 4H] array, B, H = cs_prev.shape")
-    _check_peepholes(use_peephole, wci, wcf, wco, units)
+    use_peephole = options.use_peephole
+    _check_peepholes(use_peephole, peepholes, units)
+    wci_grad, wcf_grad, wco_grad = out.peephole_grads
     if use_peephole and (_wrong1(wci_grad, units) or _wrong1(wcf_grad, units) or _wrong1(wco_grad, units)):
         raise ValueError("with use_peephole, wci_grad, wcf_grad and wco_grad must be [H] arrays, H = cs_prev.shape[1]")
-    _check_layout(layout)
-    one = cs_prev.dtype.type(1.0)
+    _check_layout(options.layout)
+    unit = _unit_options(options, cs_prev)
     zeros = np.zeros(units, cs_prev.dtype)  # nothing carried: the fused kernel's last step adds zeros too
-    cs_prev, i, cs, f, o, ci, co = _c_in(cs_prev), _c_in(i), _c_in(cs), _c_in(f), _c_in(o), _c_in(ci), _c_in(co)
-    cs_grad, h_grad, wci, wcf, wco = _c_in(cs_grad), _c_in(h_grad), _c_in(wci), _c_in(wcf), _c_in(wco)
-    dc, dicfo = _c_out(out_cs_prev_grad), _c_out(out_dicfo)
+    carried = OutputGrads(zeros, zeros)
+    cs_prev = _c_in(cs_prev)
+    i, cs, f, o = _c_in(saved.i), _c_in(saved.cs), _c_in(saved.f), _c_in(saved.o)
+    ci, co = _c_in(saved.ci), _c_in(saved.co)
+    cs_grad, h_grad, peepholes = _c_in(grads.cs_grad), _c_in(grads.h_grad), _c_in_peepholes(peepholes)
+    dc, dicfo = _c_out(out.cs_prev_grad), _c_out(out.dicfo)
     gi, gf, go = _c_in(wci_grad), _c_in(wcf_grad), _c_in(wco_grad)  # added to: copied in and back
     for r in range(batch):
-        _units_grad(cs_prev[r], i[r], cs[r], f[r], o[r], ci[r], co[r], cs_grad[r], h_grad[r], zeros, zeros, wci, wcf,
-                    wco, use_peephole, layout, one, dicfo[r], dc[r], gi, gf, go)
-    _c_back(dc, out_cs_prev_grad)
-    _c_back(dicfo, out_dicfo)
+        _units_grad(cs_prev[r], StepOutputs(i[r], cs[r], f[r], o[r], ci[r], co[r], cs[r]),
+                    OutputGrads(cs_grad[r], h_grad[r]), carried, peepholes, unit, options.layout, dicfo[r], dc[r],
+                    Peepholes(gi, gf, go))
+    _c_back(dc, out.cs_prev_grad)
+    _c_back(dicfo, out.dicfo)
     if use_peephole:
         _c_back(gi, wci_grad)
         _c_back(gf, wcf_grad)
@@ -508,120 +678,127 @@ def _step_weight_grads_kernel(x, h_prev, dicfo, w_grad, b_grad):
 
 
 @njit(inline="always")
-def _check_sequence_shapes(x, cs_prev, h_prev, w, seq_len_max):
-    steps, batch, inputs = x.shape
+def _check_sequence_shapes(inputs, w, seq_len_max):
+    x, cs_prev, h_prev = inputs
+    steps, batch, inputs_size = x.shape
     units = cs_prev.shape[1]
     if _wrong2(cs_prev, batch, units) or _wrong2(h_prev, batch, units):
         raise ValueError("cs_prev and h_prev must be [B, H] arrays, B = x.shape[1]")
-    if _wrong2(w, inputs + units, 4 * units):
+    if _wrong2(w, inputs_size + units, 4 * units):
         raise ValueError("w must be an [I + H, 4H] array, I = x.shape[2], H = cs_prev.shape[1]")
     if seq_len_max < 0 or seq_len_max > steps:
         raise ValueError("seq_len_max must be in [0, T], T = x.shape[0]")
-    return steps, batch, inputs, units
+    return steps, batch, inputs_size, units
 
 
 @njit(**KERNEL)
-def _forward_kernel(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout,
-                    seq_len_max, out_i, out_cs, out_f, out_o, out_ci, out_co, out_h):
-    steps, batch, inputs, units = _check_sequence_shapes(x, cs_prev, h_prev, w, seq_len_max)
+def _forward_kernel(inputs, w, b, peepholes, options, seq_len_max, out):
+    """:func:`lstm_forward`: ``inputs`` :class:`StepInputs` (``x`` ``[T, B, I]``), ``peepholes``
+    :class:`Peepholes`, ``options`` :class:`JitOptions`, ``out`` :class:`StepOutputs` of ``[T, B, H]`` arrays."""
+    steps, batch, inputs_size, units = _check_sequence_shapes(inputs, w, seq_len_max)
     if _wrong1(b, 4 * units):
         raise ValueError("b must be a [4H] array, H = cs_prev.shape[1]")
-    _check_peepholes(use_peephole, wci, wcf, wco, units)
-    _check_layout(layout)
-    for a in (out_i, out_cs, out_f, out_o, out_ci, out_co, out_h):
+    _check_peepholes(options.use_peephole, peepholes, units)
+    _check_layout(options.layout)
+    for a in out:
         if _wrong3(a, steps, batch, units):
             raise ValueError("out_i, out_cs, out_f, out_o, out_ci, out_co and out_h must be [T, B, H] arrays, "
                              "T, B = x.shape[:2], H = cs_prev.shape[1]")
-    fb, clip, clip_on = _options(x, forget_bias, cell_clip)
-    outs = (_c_out(out_i), _c_out(out_cs), _c_out(out_f), _c_out(out_o), _c_out(out_ci), _c_out(out_co),
-            _c_out(out_h))
-    i, cs, f, o, ci, co, h = outs
+    x, cs_prev, h_prev = inputs
+    unit = _unit_options(options, x)
+    outs = StepOutputs(_c_out(out.i), _c_out(out.cs), _c_out(out.f), _c_out(out.o), _c_out(out.ci), _c_out(out.co),
+                       _c_out(out.h))
     x, cs_prev, h_prev, b = _c_in(x), _c_in(cs_prev), _c_in(h_prev), _c_in(b)
-    wci, wcf, wco = _c_in(wci), _c_in(wcf), _c_in(wco)
+    peepholes = _c_in_peepholes(peepholes)
     packed = _pack(_c_in(w))
-    z = np.empty((batch, inputs + units), x.dtype)
-    work = np.empty((batch, _padded(4 * units, x)), x.dtype)
+    scratch = (np.empty((batch, inputs_size + units), x.dtype), np.empty((batch, _padded(4 * units, x)), x.dtype))
     save = np.bool_(True)
+    i, cs, f, o, ci, co, h = outs
     for t in range(seq_len_max):
         c_src = cs_prev if t == 0 else cs[t - 1]
         h_src = h_prev if t == 0 else h[t - 1]
-        _forward_step(x[t], c_src, h_src, packed, b, wci, wcf, wco, fb, clip, clip_on, use_peephole, layout, z, work,
-                      save, i[t], cs[t], f[t], o[t], ci[t], co[t], h[t])
-    for c, a in zip(outs, (out_i, out_cs, out_f, out_o, out_ci, out_co, out_h)):
+        _forward_step(StepInputs(x[t], c_src, h_src), packed, b, peepholes, unit, options.layout, scratch, save,
+                      StepOutputs(i[t], cs[t], f[t], o[t], ci[t], co[t], h[t]))
+    for c, a in zip(outs, out):
         c[seq_len_max:] = 0
         _c_back(c, a)
 
 
 @njit(**KERNEL)
-def _backward_kernel(x, cs_prev, h_prev, w, wci, wcf, wco, i, cs, f, o, ci, co, h, cs_grad, h_grad, use_peephole,
-                     layout, seq_len_max, out_x_grad, out_cs_prev_grad, out_h_prev_grad, out_w_grad, out_wci_grad,
-                     out_wcf_grad, out_wco_grad, out_b_grad):
-    steps, batch, inputs, units = _check_sequence_shapes(x, cs_prev, h_prev, w, seq_len_max)
-    _check_peepholes(use_peephole, wci, wcf, wco, units)
-    _check_layout(layout)
-    for a in (i, cs, f, o, ci, co, h, cs_grad, h_grad):
+def _backward_kernel(inputs, w, peepholes, saved, grads, options, seq_len_max, out):
+    """:func:`lstm_backward`: ``inputs`` :class:`StepInputs` (``x`` ``[T, B, I]``), ``peepholes``
+    :class:`Peepholes`, ``saved`` :class:`StepOutputs` and ``grads`` :class:`OutputGrads` of ``[T, B, H]``
+    arrays, ``options`` :class:`JitOptions`, ``out`` :class:`SequenceGrads` (all written)."""
+    steps, batch, inputs_size, units = _check_sequence_shapes(inputs, w, seq_len_max)
+    use_peephole = options.use_peephole
+    _check_peepholes(use_peephole, peepholes, units)
+    _check_layout(options.layout)
+    for a in (saved.i, saved.cs, saved.f, saved.o, saved.ci, saved.co, saved.h, grads.cs_grad, grads.h_grad):
         if _wrong3(a, steps, batch, units):
             raise ValueError("i, cs, f, o, ci, co, h, cs_grad and h_grad must be [T, B, H] arrays, T, B = x.shape[:2], "
                              "H = cs_prev.shape[1]")
-    if _wrong3(out_x_grad, steps, batch, inputs):
+    if _wrong3(out.x_grad, steps, batch, inputs_size):
         raise ValueError("out_x_grad must be a [T, B, I] array like x")
-    if _wrong2(out_cs_prev_grad, batch, units) or _wrong2(out_h_prev_grad, batch, units):
+    if _wrong2(out.cs_prev_grad, batch, units) or _wrong2(out.h_prev_grad, batch, units):
         raise ValueError("out_cs_prev_grad and out_h_prev_grad must be [B, H] arrays like cs_prev")
-    if _wrong2(out_w_grad, inputs + units, 4 * units) or _wrong1(out_b_grad, 4 * units):
+    if _wrong2(out.w_grad, inputs_size + units, 4 * units) or _wrong1(out.b_grad, 4 * units):
         raise ValueError("out_w_grad must be an [I + H, 4H] array like w and out_b_grad a [4H] array")
+    out_wci_grad, out_wcf_grad, out_wco_grad = out.peephole_grads
     if _wrong1(out_wci_grad, units) or _wrong1(out_wcf_grad, units) or _wrong1(out_wco_grad, units):
         raise ValueError("out_wci_grad, out_wcf_grad and out_wco_grad must be [H] arrays, H = cs_prev.shape[1]")
+    x, cs_prev, h_prev = inputs
     dtype = x.dtype
-    one = dtype.type(1.0)
+    unit = _unit_options(options, x)
     gates = 4 * units
     x, cs_prev, h_prev = _c_in(x), _c_in(cs_prev), _c_in(h_prev)
-    wci, wcf, wco = _c_in(wci), _c_in(wcf), _c_in(wco)
-    i, cs, f, o, ci, co, h = _c_in(i), _c_in(cs), _c_in(f), _c_in(o), _c_in(ci), _c_in(co), _c_in(h)
-    cs_grad, h_grad = _c_in(cs_grad), _c_in(h_grad)
-    x_grad = _c_out(out_x_grad)
+    peepholes = _c_in_peepholes(peepholes)
+    i, cs, f, o = _c_in(saved.i), _c_in(saved.cs), _c_in(saved.f), _c_in(saved.o)
+    ci, co, h = _c_in(saved.ci), _c_in(saved.co), _c_in(saved.h)
+    cs_grad, h_grad = _c_in(grads.cs_grad), _c_in(grads.h_grad)
+    x_grad = _c_out(out.x_grad)
     packed_t = _pack_transposed(_c_in(w))
     dh = np.zeros((batch, units), dtype)  # the gradients carried to the previous step
     dc = np.zeros((batch, units), dtype)
     # The steps' gate gradients and [x_t, h_{t-1}].T, last step first: the weight gradients are one product
     # after the loop, each element summed over the steps from the last to the first (lstm_step_weight_grads' order).
     dicfo_all = np.empty((seq_len_max, batch, gates), dtype)
-    zt = np.empty((inputs + units, seq_len_max * batch), dtype)
-    grads = np.empty((batch, _padded(inputs + units, x)), dtype)
-    z = np.empty((batch, inputs + units), dtype)
-    w_grad = np.zeros((inputs + units, _padded(gates, x)), dtype)
+    zt = np.empty((inputs_size + units, seq_len_max * batch), dtype)
+    step_grads = np.empty((batch, _padded(inputs_size + units, x)), dtype)
+    z = np.empty((batch, inputs_size + units), dtype)
+    w_grad = np.zeros((inputs_size + units, _padded(gates, x)), dtype)
     b_grad = np.zeros(gates, dtype)
-    peephole_grads = (np.zeros(units, dtype), np.zeros(units, dtype), np.zeros(units, dtype))
-    gi, gf, go = peephole_grads
+    peephole_grads = Peepholes(np.zeros(units, dtype), np.zeros(units, dtype), np.zeros(units, dtype))
     for t in range(seq_len_max - 1, -1, -1):
         c_src = cs_prev if t == 0 else cs[t - 1]
         h_src = h_prev if t == 0 else h[t - 1]
         dicfo = dicfo_all[seq_len_max - 1 - t]
         for r in range(batch):
-            _units_grad(c_src[r], i[t, r], cs[t, r], f[t, r], o[t, r], ci[t, r], co[t, r], cs_grad[t, r], h_grad[t, r],
-                        dh[r], dc[r], wci, wcf, wco, use_peephole, layout, one, dicfo[r], dc[r], gi, gf, go)
-        _backward_step(dicfo, packed_t, inputs, grads)
+            _units_grad(c_src[r], StepOutputs(i[t, r], cs[t, r], f[t, r], o[t, r], ci[t, r], co[t, r], h[t, r]),
+                        OutputGrads(cs_grad[t, r], h_grad[t, r]), OutputGrads(dc[r], dh[r]), peepholes, unit,
+                        options.layout, dicfo[r], dc[r], peephole_grads)
+        _backward_step(dicfo, packed_t, inputs_size, step_grads)
         for r in range(batch):
-            g, xg, hg = grads[r], x_grad[t, r], dh[r]
-            for k in range(inputs):
+            g, xg, hg = step_grads[r], x_grad[t, r], dh[r]
+            for k in range(inputs_size):
                 xg[k] = g[k]
             for k in range(units):
-                hg[k] = g[inputs + k]
+                hg[k] = g[inputs_size + k]
         _join_rows(z, x[t], h_src)
         _transpose_rows(z, zt, (seq_len_max - 1 - t) * batch)
     _weight_product(zt, dicfo_all.reshape((seq_len_max * batch, gates)), w_grad, b_grad)
     x_grad[seq_len_max:] = 0
-    _c_back(x_grad, out_x_grad)
+    _c_back(x_grad, out.x_grad)
     # Element by element: an array assignment would compile numba's message for mismatched shapes (seconds).
     for r in range(batch):
         for u in range(units):
-            out_cs_prev_grad[r, u] = dc[r, u]
-            out_h_prev_grad[r, u] = dh[r, u]
-    for k in range(inputs + units):
+            out.cs_prev_grad[r, u] = dc[r, u]
+            out.h_prev_grad[r, u] = dh[r, u]
+    for k in range(inputs_size + units):
         for n in range(gates):
-            out_w_grad[k, n] = w_grad[k, n]
+            out.w_grad[k, n] = w_grad[k, n]
     for n in range(gates):
-        out_b_grad[n] = b_grad[n]
-    for g, a in zip(peephole_grads, (out_wci_grad, out_wcf_grad, out_wco_grad)):
+        out.b_grad[n] = b_grad[n]
+    for g, a in zip(peephole_grads, out.peephole_grads):
         for u in range(units):
             a[u] = g[u]
 
@@ -631,17 +808,19 @@ def _backward_kernel(x, cs_prev, h_prev, w, wci, wcf, wco, i, cs, f, o, ci, co, 
 # Each public function is a Python function: called from Python, it checks its arguments (TypeError, ValueError)
 # and runs a jitted entry point (``_..._entry``, compiled once per argument types and cached). Called from jitted
 # code, it is typed and lowered by :func:`_declare`: at compile time its argument types are checked and the call
-# becomes a call of the function's kernel, with the options as float64, bool and int64 and the arrays typed as
-# read-only (inputs) or writable (outputs) arrays of layout "A", so that each kernel is compiled once per dtype
-# however it is called. (Numba types an int or bool written as a constant in a caller as a literal of its value,
-# and C-contiguous, strided and read-only arrays as different types: a @njit function called with them would be
-# compiled again for each; so would a wrapper or an @overload, whose implementation numba also compiles with
-# everything it calls, for every caller.)
+# becomes a call of the function's kernel, with its arguments in the kernel's records (:class:`JitOptions` of
+# float64, bool and int64, and records of arrays typed as read-only (inputs) or writable (outputs) arrays of layout
+# "A"), so that each kernel is compiled once per dtype however it is called. (Numba types an int or bool written as
+# a constant in a caller as a literal of its value, and C-contiguous, strided and read-only arrays as different
+# types: a @njit function called with them would be compiled again for each; so would a wrapper or an @overload,
+# whose implementation numba also compiles with everything it calls, for every caller.) The entry points make the
+# same call: they take the public arguments as plain tuples (:func:`_entry_groups`).
 #
 # The arguments of each public function are described by a spec: ``name:kind`` with kind a rank (an input
 # array), a rank and ``w`` (an output array, written), a rank and ``a`` (an array added to), ``f`` (a float
 # option), ``b`` (a bool option), ``l`` (a layout code) or ``n`` (``seq_len_max``: an int, or omitted for T).
-# The kernel's arguments are the public ones by name, in the kernel's order, or ``=True``/``=False`` constants.
+# The kernel's arguments are given as a list of the public ones by name, constants (``True``, ``0.0``) and records
+# whose fields are such items (``StepInputs("x", "cs_prev", "h_prev")``).
 
 _FORWARD_OPTIONS = "forget_bias:f cell_clip:f use_peephole:b layout:l"
 _SPECS = {
@@ -661,7 +840,12 @@ _SPECS = {
 
 
 def _spec(function):
-    return [item.split(":") for item in _SPECS[function].split()]
+    """``[(name, kind), ...]`` of a public function, parsed once (a call from Python reads it: parsing it again
+    took 1.5 us a call)."""
+    return _PARSED_SPECS[function]
+
+
+_PARSED_SPECS = {function: tuple(tuple(item.split(":")) for item in spec.split()) for function, spec in _SPECS.items()}
 
 
 def _python_arguments(function, values):
@@ -734,32 +918,62 @@ def _omitted(value):
     return value is None or isinstance(value, (types.NoneType, types.Omitted))
 
 
+def _entry_groups(function, values):
+    """The checked arguments ``values`` of a call from Python as its entry point takes them: plain tuples of the
+    arrays before the options, the options and the arrays after them, then ``seq_len_max`` where there is one."""
+    first, last, end = _GROUPS[function]
+    values = tuple(values)
+    return (values[:first], values[first:last], values[last:end], *values[end:])
+
+
+def _groups(function):
+    kinds = [kind for _, kind in _spec(function)]
+    options = [k for k, kind in enumerate(kinds) if kind in ("f", "b", "l")]
+    end = len(kinds) - (kinds[-1] == "n")
+    return options[0], options[-1] + 1, end
+
+
+_GROUPS = {function: _groups(function)
+           for function in ("lstm_step", "lstm_step_train", "lstm_step_grad", "lstm_forward", "lstm_backward")}
+
+
+def _record_type(record, fields):
+    """The numba type of a ``record`` (a NamedTuple class) of fields of the numba types ``fields``: the one numba
+    gives such a record (uniform fields: a ``NamedUniTuple``)."""
+    if all(field == fields[0] for field in fields):
+        return types.NamedUniTuple(fields[0], len(fields), record)
+    return types.NamedTuple(fields, record)
+
+
 def _declare(function, kernel, kernel_arguments):
     """Type and lower calls of the public ``function`` from jitted code as calls of ``kernel``.
 
-    ``kernel_arguments``: the kernel's parameters, as names of ``function``'s parameters or constants
-    (``"=False"``). The lowering is numba's own for a call of a compiled function (what it emits for a call of a
-    dispatcher), on the kernel compiled (or loaded from the cache) for the normalized types when the call is typed.
+    ``kernel_arguments``: the kernel's parameters, each a name of one of ``function``'s parameters, a constant
+    (``False``, ``0.0``) or a record (a NamedTuple) of such items. The lowering builds the records (the one place
+    where the CPU kernels' records are built from a call's arguments) and makes numba's own call of a compiled
+    function (what it emits for a call of a dispatcher), on the kernel compiled (or loaded from the cache) for the
+    normalized types when the call is typed.
     """
     name = function.__name__
     pysig = inspect.signature(function)
     kinds = dict(_spec(name))
     order = list(pysig.parameters)
-    sources = kernel_arguments.split()
+
+    def item_type(item, arg_types):
+        if isinstance(item, tuple):
+            return _record_type(type(item), [item_type(field, arg_types) for field in item])
+        if isinstance(item, bool):
+            return types.boolean
+        if isinstance(item, float):
+            return types.float64
+        kind = kinds[item]
+        if kind[0].isdigit():
+            return types.unliteral(arg_types[order.index(item)]).copy(layout="A", readonly=len(kind) == 1)
+        return {"f": types.float64, "b": types.boolean, "l": types.int64, "n": types.int64}[kind]
 
     def normalized(arg_types):
         """The kernel's argument types for the public argument types ``arg_types`` (omitted ones absent)."""
-        out = []
-        for source in sources:
-            if source.startswith("="):
-                out.append(types.boolean)
-                continue
-            kind = kinds[source]
-            if kind[0].isdigit():
-                out.append(types.unliteral(arg_types[order.index(source)]).copy(layout="A", readonly=len(kind) == 1))
-            else:
-                out.append({"f": types.float64, "b": types.boolean, "l": types.int64, "n": types.int64}[kind])
-        return tuple(out)
+        return tuple(item_type(item, arg_types) for item in kernel_arguments)
 
     @type_callable(function)
     def typing(context):
@@ -777,25 +991,36 @@ def _declare(function, kernel, kernel_arguments):
     def lowering(context, builder, signature, args):
         arg_types = list(signature.args) + [types.none] * (len(order) - len(signature.args))
         values = list(args) + [None] * (len(order) - len(args))
-        kernel_types = normalized(arg_types)
-        kernel_values = []
-        for source, target in zip(sources, kernel_types):
-            if source.startswith("="):
-                kernel_values.append(context.get_constant(types.boolean, source == "=True"))
-                continue
-            k = order.index(source)
+
+        def item_value(item, target):
+            if isinstance(item, tuple):
+                fields = [item_value(field, field_type) for field, field_type in zip(item, target)]
+                return context.make_tuple(builder, target, fields)
+            if isinstance(item, (bool, float)):
+                return context.get_constant(target, item)
+            k = order.index(item)
             fromty, value = arg_types[k], values[k]
-            if kinds[source] == "n" and _omitted(fromty):  # seq_len_max omitted: T = x.shape[0]
+            if kinds[item] == "n" and _omitted(fromty):  # seq_len_max omitted: T = x.shape[0]
                 x = context.make_array(arg_types[0])(context, builder, value=values[0])
                 value, fromty = cgutils.unpack_tuple(builder, x.shape)[0], types.intp
             elif isinstance(fromty, types.Literal):
                 value = context.get_constant(types.unliteral(fromty), fromty.literal_value)
                 fromty = types.unliteral(fromty)
-            kernel_values.append(context.cast(builder, value, fromty, target))
+            return context.cast(builder, value, fromty, target)
+
+        kernel_types = normalized(arg_types)
+        kernel_values = [item_value(item, target) for item, target in zip(kernel_arguments, kernel_types)]
         compiled = kernel.overloads[kernel_types]
         context.add_linking_libs([compiled.library])
         user_function(compiled.fndesc, [compiled.library])(context, builder, compiled.signature, kernel_values)
         return context.get_dummy_value()
+
+
+#: The kernels' options of the forward functions and of the gradients (:class:`JitOptions`).
+_FORWARD = JitOptions("forget_bias", "cell_clip", "use_peephole", "layout")
+_GRADIENT = JitOptions(0.0, 0.0, "use_peephole", "layout")
+_INPUTS = StepInputs("x", "cs_prev", "h_prev")
+_PEEPHOLES = Peepholes("wci", "wcf", "wco")
 
 
 def lstm_step(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_cs, out_h):
@@ -843,18 +1068,17 @@ def lstm_step(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, u
     ``ValueError``, whose message names the arguments); an output that
     overlaps an input other than as above gives undefined results.
     """
-    _lstm_step_entry(*_python_arguments("lstm_step", (x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias,
-                                                      cell_clip, use_peephole, layout, out_cs, out_h)))
+    _lstm_step_entry(*_entry_groups("lstm_step", _python_arguments("lstm_step", (
+        x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_cs, out_h))))
 
 
-_declare(lstm_step, _step_kernel, "x cs_prev h_prev w b wci wcf wco forget_bias cell_clip use_peephole layout =False "
-         "out_cs out_cs out_cs out_cs out_cs out_cs out_h")
+_declare(lstm_step, _step_kernel, [_INPUTS, "w", "b", _PEEPHOLES, _FORWARD, False,
+                                   StepOutputs(*["out_cs"] * 6, "out_h")])
 
 
 @njit(**KERNEL)
-def _lstm_step_entry(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_cs,
-                     out_h):
-    lstm_step(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_cs, out_h)
+def _lstm_step_entry(inputs, options, outputs):
+    lstm_step(*inputs, *options, *outputs)
 
 
 def lstm_step_train(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_i,
@@ -876,20 +1100,18 @@ def lstm_step_train(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_c
     TypeError, ValueError, numba.core.errors.TypingError
         As :func:`lstm_step`.
     """
-    _lstm_step_train_entry(*_python_arguments("lstm_step_train", (
+    _lstm_step_train_entry(*_entry_groups("lstm_step_train", _python_arguments("lstm_step_train", (
         x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_i, out_cs, out_f,
-        out_o, out_ci, out_co, out_h)))
+        out_o, out_ci, out_co, out_h))))
 
 
-_declare(lstm_step_train, _step_kernel, "x cs_prev h_prev w b wci wcf wco forget_bias cell_clip use_peephole layout "
-         "=True out_i out_cs out_f out_o out_ci out_co out_h")
+_declare(lstm_step_train, _step_kernel, [_INPUTS, "w", "b", _PEEPHOLES, _FORWARD, True, StepOutputs(
+    "out_i", "out_cs", "out_f", "out_o", "out_ci", "out_co", "out_h")])
 
 
 @njit(**KERNEL)
-def _lstm_step_train_entry(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout,
-                           out_i, out_cs, out_f, out_o, out_ci, out_co, out_h):
-    lstm_step_train(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_i,
-                    out_cs, out_f, out_o, out_ci, out_co, out_h)
+def _lstm_step_train_entry(inputs, options, outputs):
+    lstm_step_train(*inputs, *options, *outputs)
 
 
 def lstm_step_grad(cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
@@ -931,20 +1153,19 @@ def lstm_step_grad(cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco,
     with ``out_dicfo``: :func:`lstm_step_input_grads`,
     :func:`lstm_step_weight_grads`.
     """
-    _lstm_step_grad_entry(*_python_arguments("lstm_step_grad", (
+    _lstm_step_grad_entry(*_entry_groups("lstm_step_grad", _python_arguments("lstm_step_grad", (
         cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout, out_cs_prev_grad,
-        out_dicfo, wci_grad, wcf_grad, wco_grad)))
+        out_dicfo, wci_grad, wcf_grad, wco_grad))))
 
 
-_declare(lstm_step_grad, _step_grad_kernel, "cs_prev i cs f o ci co cs_grad h_grad wci wcf wco use_peephole layout "
-         "out_cs_prev_grad out_dicfo wci_grad wcf_grad wco_grad")
+_declare(lstm_step_grad, _step_grad_kernel, [
+    "cs_prev", StepOutputs("i", "cs", "f", "o", "ci", "co", "cs"), OutputGrads("cs_grad", "h_grad"), _PEEPHOLES,
+    _GRADIENT, StepGrads("out_cs_prev_grad", "out_dicfo", Peepholes("wci_grad", "wcf_grad", "wco_grad"))])
 
 
 @njit(**KERNEL)
-def _lstm_step_grad_entry(cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
-                          out_cs_prev_grad, out_dicfo, wci_grad, wcf_grad, wco_grad):
-    lstm_step_grad(cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
-                   out_cs_prev_grad, out_dicfo, wci_grad, wcf_grad, wco_grad)
+def _lstm_step_grad_entry(inputs, options, outputs):
+    lstm_step_grad(*inputs, *options, *outputs)
 
 
 def lstm_step_input_grads(dicfo, w, out_x_grad, out_h_prev_grad):
@@ -975,7 +1196,7 @@ def lstm_step_input_grads(dicfo, w, out_x_grad, out_h_prev_grad):
     _lstm_step_input_grads_entry(*_python_arguments("lstm_step_input_grads", (dicfo, w, out_x_grad, out_h_prev_grad)))
 
 
-_declare(lstm_step_input_grads, _step_input_grads_kernel, "dicfo w out_x_grad out_h_prev_grad")
+_declare(lstm_step_input_grads, _step_input_grads_kernel, ["dicfo", "w", "out_x_grad", "out_h_prev_grad"])
 
 
 @njit(**KERNEL)
@@ -1012,7 +1233,7 @@ def lstm_step_weight_grads(x, h_prev, dicfo, w_grad, b_grad):
     _lstm_step_weight_grads_entry(*_python_arguments("lstm_step_weight_grads", (x, h_prev, dicfo, w_grad, b_grad)))
 
 
-_declare(lstm_step_weight_grads, _step_weight_grads_kernel, "x h_prev dicfo w_grad b_grad")
+_declare(lstm_step_weight_grads, _step_weight_grads_kernel, ["x", "h_prev", "dicfo", "w_grad", "b_grad"])
 
 
 @njit(**KERNEL)
@@ -1053,18 +1274,16 @@ def lstm_forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip
                                                    out_h, seq_len_max))
     if arguments[-1] is None:
         arguments[-1] = x.shape[0]
-    _lstm_forward_entry(*arguments)
+    _lstm_forward_entry(*_entry_groups("lstm_forward", arguments))
 
 
-_declare(lstm_forward, _forward_kernel, "x cs_prev h_prev w b wci wcf wco forget_bias cell_clip use_peephole layout "
-         "seq_len_max out_i out_cs out_f out_o out_ci out_co out_h")
+_declare(lstm_forward, _forward_kernel, [_INPUTS, "w", "b", _PEEPHOLES, _FORWARD, "seq_len_max", StepOutputs(
+    "out_i", "out_cs", "out_f", "out_o", "out_ci", "out_co", "out_h")])
 
 
 @njit(**KERNEL)
-def _lstm_forward_entry(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_i,
-                        out_cs, out_f, out_o, out_ci, out_co, out_h, seq_len_max):
-    lstm_forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout, out_i, out_cs,
-                 out_f, out_o, out_ci, out_co, out_h, seq_len_max)
+def _lstm_forward_entry(inputs, options, outputs, seq_len_max):
+    lstm_forward(*inputs, *options, *outputs, seq_len_max)
 
 
 def lstm_backward(x, cs_prev, h_prev, w, wci, wcf, wco, i, cs, f, o, ci, co, h, cs_grad, h_grad, use_peephole, layout,
@@ -1118,18 +1337,15 @@ def lstm_backward(x, cs_prev, h_prev, w, wci, wcf, wco, i, cs, f, o, ci, co, h, 
         out_b_grad, seq_len_max))
     if arguments[-1] is None:
         arguments[-1] = x.shape[0]
-    _lstm_backward_entry(*arguments)
+    _lstm_backward_entry(*_entry_groups("lstm_backward", arguments))
 
 
-_declare(lstm_backward, _backward_kernel, "x cs_prev h_prev w wci wcf wco i cs f o ci co h cs_grad h_grad use_peephole "
-         "layout seq_len_max out_x_grad out_cs_prev_grad out_h_prev_grad out_w_grad out_wci_grad out_wcf_grad "
-         "out_wco_grad out_b_grad")
+_declare(lstm_backward, _backward_kernel, [
+    _INPUTS, "w", _PEEPHOLES, StepOutputs("i", "cs", "f", "o", "ci", "co", "h"), OutputGrads("cs_grad", "h_grad"),
+    _GRADIENT, "seq_len_max", SequenceGrads("out_x_grad", "out_cs_prev_grad", "out_h_prev_grad", "out_w_grad",
+                                            Peepholes("out_wci_grad", "out_wcf_grad", "out_wco_grad"), "out_b_grad")])
 
 
 @njit(**KERNEL)
-def _lstm_backward_entry(x, cs_prev, h_prev, w, wci, wcf, wco, i, cs, f, o, ci, co, h, cs_grad, h_grad, use_peephole,
-                         layout, out_x_grad, out_cs_prev_grad, out_h_prev_grad, out_w_grad, out_wci_grad,
-                         out_wcf_grad, out_wco_grad, out_b_grad, seq_len_max):
-    lstm_backward(x, cs_prev, h_prev, w, wci, wcf, wco, i, cs, f, o, ci, co, h, cs_grad, h_grad, use_peephole, layout,
-                  out_x_grad, out_cs_prev_grad, out_h_prev_grad, out_w_grad, out_wci_grad, out_wcf_grad, out_wco_grad,
-                  out_b_grad, seq_len_max)
+def _lstm_backward_entry(inputs, options, outputs, seq_len_max):
+    lstm_backward(*inputs, *options, *outputs, seq_len_max)

@@ -1,19 +1,23 @@
 """Device functions of :mod:`nblstm.jit`: LSTM units and steps to call from your own ``@cuda.jit`` kernels.
 
 Importing this module imports ``numba.cuda`` (``nblstm.jit`` itself does
-not). The functions are ``@cuda.jit(device=True)`` functions: they compile
-into the kernel that calls them. Two levels:
+not). The functions compile into the kernel that calls them. Two levels:
 
-- :func:`lstm_unit` and :func:`lstm_unit_grad`: the gate maths of one
-  hidden unit from its four gate pre-activations (a kernel that computes
-  its own matrix products), :func:`nblstm.spec.forward_unit` and
-  :func:`nblstm.spec.backward_unit`, what the fused ops run on both targets.
+- :func:`lstm_unit` and :func:`lstm_unit_grad` (``@cuda.jit(device=True)``):
+  the gate maths of one hidden unit from its four gate pre-activations (a
+  kernel that computes its own matrix products),
+  :func:`nblstm.spec.forward_unit` and :func:`nblstm.spec.backward_unit`,
+  what the fused ops run on both targets.
 - :func:`lstm_step_at`, :func:`lstm_step_train_at` and
   :func:`lstm_step_grad_at`: one element ``(row, unit)`` of a whole step,
   the gate pre-activations included, for a kernel with a thread per
   element of the ``[B, H]`` state (each thread reads its unit's four
   columns of ``w``: simple, not the fastest; the fused ops' kernels tile
-  the product in shared memory).
+  the product in shared memory). Their bodies are inlined into the calling
+  kernel (a CUDA ``overload``), where they pass their arguments on in the
+  records of :mod:`nblstm.jit.cpu` (:class:`~nblstm.jit.cpu.JitOptions`,
+  :class:`~nblstm.jit.cpu.StepInputs`, ...) to the device functions that do
+  the work, which take at most 12 parameters.
 
 The arguments are those of the CPU functions of :mod:`nblstm.jit`:
 ``forget_bias``, ``cell_clip`` (``<= 0`` for none), ``use_peephole`` and
@@ -23,10 +27,13 @@ functions sum each gate's products over ``k = 0 .. I + H - 1`` in order with
 fused multiply-adds, as the CPU functions do.
 """
 
+import inspect
+
 from numba import cuda, njit
+from numba.cuda.extending import overload
 
 from ..spec import UnitOptions, backward_unit, cast_like, fma, forward_unit
-from .cpu import ICFO, IFCO, layout_code
+from .cpu import ICFO, IFCO, JitOptions, OutputGrads, Peepholes, StepInputs, StepOutputs, layout_code
 
 __all__ = [
     "ICFO",
@@ -60,22 +67,50 @@ def _blocks(layout):
 
 
 @njit(inline="always")
-def _unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip, use_peephole, one):
-    zero = one - one
-    if not use_peephole:  # not read: TensorFlow's semantics (a non-finite weight has no effect)
-        wci = wcf = wco = zero
-    clip = cast_like(cell_clip, one)
-    return forward_unit(a_i, a_c, a_f, a_o, c_prev, (wci, wcf, wco),
-                        UnitOptions(cast_like(forget_bias, one), clip, clip > zero, 0, use_peephole, one))
+def _unit_options(options, one):
+    """The unit functions' :class:`~nblstm.spec.UnitOptions` of ``options`` (:class:`~nblstm.jit.cpu.JitOptions`)
+    in the type of ``one``: clipping is on when the bound is > 0 in that type. The device functions' one place for
+    it (the gradients' options carry zeros for the floats, not read)."""
+    clip = cast_like(options.cell_clip, one)
+    return UnitOptions(cast_like(options.forget_bias, one), clip, clip > one - one, 0, options.use_peephole, one)
 
 
 @njit(inline="always")
-def _unit_grad(dh, dcs, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole, one):
-    if not use_peephole:
-        zero = one - one
-        wci = wcf = wco = zero
-    return backward_unit(dh, dcs, i, ci, f, o, co, c_prev, (wci, wcf, wco),
-                         UnitOptions(one - one, one - one, False, 0, use_peephole, one))
+def _unit(a_i, a_c, a_f, a_o, c_prev, peepholes, options):
+    """:func:`nblstm.spec.forward_unit` in the type of ``c_prev``, the peephole weights ``(wci, wcf, wco)`` not read
+    without peepholes. The unit options are built here, in compiled code: in the simulator a record returned to
+    Python would carry its float32 fields as Python floats (float64)."""
+    unit = _unit_options(options, cast_like(1.0, c_prev))
+    wci, wcf, wco = peepholes
+    if not unit.use_peepholes:  # not read: TensorFlow's semantics (a non-finite weight has no effect)
+        wci = wcf = wco = unit.one - unit.one
+    return forward_unit(a_i, a_c, a_f, a_o, c_prev, (wci, wcf, wco), unit)
+
+
+@njit(inline="always")
+def _unit_grad(dh, dcs, i, ci, f, o, co, c_prev, peepholes, options):
+    """:func:`nblstm.spec.backward_unit` in the type of ``c_prev``, the peephole weights not read without
+    peepholes."""
+    unit = _unit_options(options, cast_like(1.0, c_prev))
+    wci, wcf, wco = peepholes
+    if not unit.use_peepholes:
+        wci = wcf = wco = unit.one - unit.one
+    return backward_unit(dh, dcs, i, ci, f, o, co, c_prev, (wci, wcf, wco), unit)
+
+
+def _in_kernels(function):
+    """Make ``function`` a device function whose body is compiled into the kernel that calls it (numba inlines it
+    there). The public element functions are such Python functions: they keep their documented argument lists and
+    pass them on in the records of :mod:`nblstm.jit.cpu` to the device functions that do the work (the one place
+    where the device functions' records are built). In the simulator, which runs kernels as Python, they run as
+    Python too."""
+
+    def typing(*args):
+        return function
+
+    typing.__signature__ = inspect.signature(function)
+    overload(function, target="cuda", inline="always")(typing)
+    return function
 
 
 @cuda.jit(device=True)
@@ -102,8 +137,8 @@ def lstm_unit(a_i, a_c, a_f, a_o, c_prev, wci, wcf, wco, forget_bias, cell_clip,
     """
     one = cast_like(1.0, c_prev)
     return _unit(cast_like(a_i, one), cast_like(a_c, one), cast_like(a_f, one), cast_like(a_o, one), c_prev,
-                 cast_like(wci, one), cast_like(wcf, one), cast_like(wco, one), forget_bias, cell_clip, use_peephole,
-                 one)
+                 (cast_like(wci, one), cast_like(wcf, one), cast_like(wco, one)),
+                 JitOptions(forget_bias, cell_clip, use_peephole, IFCO))
 
 
 @cuda.jit(device=True)
@@ -131,8 +166,9 @@ def lstm_unit_grad(dh, dcs, i, ci, f, o, co, c_prev, wci, wcf, wco, use_peephole
     """
     one = cast_like(1.0, c_prev)
     return _unit_grad(cast_like(dh, one), cast_like(dcs, one), cast_like(i, one), cast_like(ci, one),
-                      cast_like(f, one), cast_like(o, one), cast_like(co, one), c_prev, cast_like(wci, one),
-                      cast_like(wcf, one), cast_like(wco, one), use_peephole, one)
+                      cast_like(f, one), cast_like(o, one), cast_like(co, one), c_prev,
+                      (cast_like(wci, one), cast_like(wcf, one), cast_like(wco, one)),
+                      JitOptions(0.0, 0.0, use_peephole, IFCO))
 
 
 @cuda.jit(device=True)
@@ -157,6 +193,62 @@ def _gate_sums(row, unit, x, h_prev, w, b, layout):
 
 
 @cuda.jit(device=True)
+def _element(row, unit, inputs, w, b, peepholes, options):
+    """``(i, ci, f, o, cs, co, h)`` of element ``(row, unit)`` of a step: ``inputs`` a
+    :class:`~nblstm.jit.cpu.StepInputs`, ``peepholes`` a :class:`~nblstm.jit.cpu.Peepholes` of ``[H]`` arrays,
+    ``options`` a :class:`~nblstm.jit.cpu.JitOptions`."""
+    a_i, a_c, a_f, a_o = _gate_sums(row, unit, inputs.x, inputs.h_prev, w, b, options.layout)
+    c_prev = inputs.cs_prev[row, unit]
+    peephole = (peepholes.wci[unit], peepholes.wcf[unit], peepholes.wco[unit])
+    return _unit(a_i, a_c, a_f, a_o, c_prev, peephole, options)
+
+
+@cuda.jit(device=True)
+def _step_train_element(row, unit, inputs, w, b, peepholes, options, out):
+    """:func:`lstm_step_train_at` on its records: ``out`` a :class:`~nblstm.jit.cpu.StepOutputs` of ``[B, H]``
+    arrays."""
+    i, ci, f, o, cs, co, h = _element(row, unit, inputs, w, b, peepholes, options)
+    out.i[row, unit] = i
+    out.cs[row, unit] = cs
+    out.f[row, unit] = f
+    out.o[row, unit] = o
+    out.ci[row, unit] = ci
+    out.co[row, unit] = co
+    out.h[row, unit] = h
+
+
+@cuda.jit(device=True)
+def _step_element(row, unit, inputs, w, b, peepholes, options, out_cs, out_h):
+    """:func:`lstm_step_at` on its records."""
+    _, _, _, _, cs, _, h = _element(row, unit, inputs, w, b, peepholes, options)
+    out_cs[row, unit] = cs
+    out_h[row, unit] = h
+
+
+@cuda.jit(device=True)
+def _step_grad_element(row, unit, cs_prev, saved, grads, peepholes, options, out_cs_prev_grad, out_dicfo):
+    """:func:`lstm_step_grad_at` on its records: ``saved`` a :class:`~nblstm.jit.cpu.StepOutputs` (``h`` not
+    read), ``grads`` an :class:`~nblstm.jit.cpu.OutputGrads` of ``[B, H]`` arrays."""
+    units = cs_prev.shape[1]
+    c_prev = cs_prev[row, unit]
+    one = cast_like(1.0, c_prev)
+    peephole = (peepholes.wci[unit], peepholes.wcf[unit], peepholes.wco[unit])
+    di, dci, df, do, dc_prev = _unit_grad(grads.h_grad[row, unit], grads.cs_grad[row, unit], saved.i[row, unit],
+                                          saved.ci[row, unit], saved.f[row, unit], saved.o[row, unit],
+                                          saved.co[row, unit], c_prev, peephole, options)
+    bi, bc, bf, bo = _blocks(options.layout)
+    out_dicfo[row, bi * units + unit] = di
+    out_dicfo[row, bc * units + unit] = dci
+    out_dicfo[row, bf * units + unit] = df
+    out_dicfo[row, bo * units + unit] = do
+    out_cs_prev_grad[row, unit] = dc_prev
+    if options.use_peephole:
+        return cast_like(di * c_prev, one), cast_like(df * c_prev, one), cast_like(do * saved.cs[row, unit], one)
+    zero = one - one
+    return zero, zero, zero
+
+
+@_in_kernels
 def lstm_step_train_at(row, unit, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole,
                        layout, out_i, out_cs, out_f, out_o, out_ci, out_co, out_h):
     """Element ``(row, unit)`` of one step, all seven outputs (a device function).
@@ -180,20 +272,12 @@ def lstm_step_train_at(row, unit, x, cs_prev, h_prev, w, b, wci, wcf, wco, forge
     -----
     Nothing is checked: the caller keeps ``row < B`` and ``unit < H``.
     """
-    a_i, a_c, a_f, a_o = _gate_sums(row, unit, x, h_prev, w, b, layout)
-    c_prev = cs_prev[row, unit]
-    i, ci, f, o, cs, co, h = _unit(a_i, a_c, a_f, a_o, c_prev, wci[unit], wcf[unit], wco[unit], forget_bias,
-                                   cell_clip, use_peephole, cast_like(1.0, c_prev))
-    out_i[row, unit] = i
-    out_cs[row, unit] = cs
-    out_f[row, unit] = f
-    out_o[row, unit] = o
-    out_ci[row, unit] = ci
-    out_co[row, unit] = co
-    out_h[row, unit] = h
+    _step_train_element(row, unit, StepInputs(x, cs_prev, h_prev), w, b, Peepholes(wci, wcf, wco),
+                        JitOptions(forget_bias, cell_clip, use_peephole, layout),
+                        StepOutputs(out_i, out_cs, out_f, out_o, out_ci, out_co, out_h))
 
 
-@cuda.jit(device=True)
+@_in_kernels
 def lstm_step_at(row, unit, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, layout,
                  out_cs, out_h):
     """Element ``(row, unit)`` of one step: the new cell state and output (a device function).
@@ -205,15 +289,11 @@ def lstm_step_at(row, unit, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias
     out_cs, out_h : [B, H] arrays
         Element ``(row, unit)`` is written (not ``cs_prev`` or ``h_prev``).
     """
-    a_i, a_c, a_f, a_o = _gate_sums(row, unit, x, h_prev, w, b, layout)
-    c_prev = cs_prev[row, unit]
-    _, _, _, _, cs, _, h = _unit(a_i, a_c, a_f, a_o, c_prev, wci[unit], wcf[unit], wco[unit], forget_bias, cell_clip,
-                                 use_peephole, cast_like(1.0, c_prev))
-    out_cs[row, unit] = cs
-    out_h[row, unit] = h
+    _step_element(row, unit, StepInputs(x, cs_prev, h_prev), w, b, Peepholes(wci, wcf, wco),
+                  JitOptions(forget_bias, cell_clip, use_peephole, layout), out_cs, out_h)
 
 
-@cuda.jit(device=True)
+@_in_kernels
 def lstm_step_grad_at(row, unit, cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco, use_peephole, layout,
                       out_cs_prev_grad, out_dicfo):
     """Element ``(row, unit)`` of one step's gradient (LSTMBlockCellGrad; a device function).
@@ -237,19 +317,6 @@ def lstm_step_grad_at(row, unit, cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, 
         peephole gradients (zeros without peepholes), for the caller to sum
         over the batch (``cuda.atomic.add``, or a reduction).
     """
-    units = cs_prev.shape[1]
-    c_prev = cs_prev[row, unit]
-    one = cast_like(1.0, c_prev)
-    di, dci, df, do, dc_prev = _unit_grad(h_grad[row, unit], cs_grad[row, unit], i[row, unit], ci[row, unit],
-                                          f[row, unit], o[row, unit], co[row, unit], c_prev, wci[unit], wcf[unit],
-                                          wco[unit], use_peephole, one)
-    bi, bc, bf, bo = _blocks(layout)
-    out_dicfo[row, bi * units + unit] = di
-    out_dicfo[row, bc * units + unit] = dci
-    out_dicfo[row, bf * units + unit] = df
-    out_dicfo[row, bo * units + unit] = do
-    out_cs_prev_grad[row, unit] = dc_prev
-    if use_peephole:
-        return cast_like(di * c_prev, one), cast_like(df * c_prev, one), cast_like(do * cs[row, unit], one)
-    zero = one - one
-    return zero, zero, zero
+    return _step_grad_element(row, unit, cs_prev, StepOutputs(i, cs, f, o, ci, co, cs), OutputGrads(cs_grad, h_grad),
+                              Peepholes(wci, wcf, wco), JitOptions(0.0, 0.0, use_peephole, layout), out_cs_prev_grad,
+                              out_dicfo)
