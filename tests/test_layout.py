@@ -159,3 +159,31 @@ def test_the_checks_see_an_import_up_a_layer_and_a_loop():
     stepper = _imports("nblstm.cell.stepper", "from .cell import LSTMCell\n", False, modules)
     assert _cycles({"nblstm.cell.cell": cell, "nblstm.cell.stepper": stepper}) == [
         ["nblstm.cell.cell", "nblstm.cell.stepper"]]
+
+
+#: The most parameters a compiled function may take: options travel as one record
+#: (:class:`nblstm.options.KernelOptions`), arrays in the records of their family.
+MAX_KERNEL_PARAMETERS = 12
+_COMPILED = re.compile(r"^(njit|jit|cuda\.jit|kernel|numba\.njit|overload)\b")
+
+
+def _compiled_functions(source):
+    """``(name, parameter count)`` of every function compiled by numba in ``source`` (by its decorator)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and any(
+                _COMPILED.match(ast.unparse(d)) and not ast.unparse(d).startswith("overload")
+                for d in node.decorator_list):
+            args = node.args
+            yield node.name, len(args.posonlyargs) + len(args.args) + len(args.kwonlyargs) + bool(args.vararg)
+
+
+def test_no_compiled_function_takes_more_than_twelve_parameters():
+    too_many = [f"{path.relative_to(ROOT)}:{name} ({count})" for path in _modules().values()
+                for name, count in _compiled_functions(path.read_text()) if count > MAX_KERNEL_PARAMETERS]
+    assert not too_many, f"more than {MAX_KERNEL_PARAMETERS} parameters: {too_many}"
+
+
+def test_the_parameter_check_sees_a_long_kernel():
+    source = "@njit(**KERNEL)\ndef k(a, b, c, d, e, f, g, h, i, j, k, l, m):\n    pass\n"
+    source += "@cuda.jit(device=True)\ndef d(a, *rest):\n    pass\n"
+    assert list(_compiled_functions(source)) == [("k", 13), ("d", 2)]

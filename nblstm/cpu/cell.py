@@ -59,7 +59,7 @@ import numpy as np
 from numba import njit
 
 from .._jit import KERNEL
-from ..options import OpOptions
+from ..options import KernelOptions, OpOptions
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad, unit_options
 from . import microkernel, pool, regroup, sync, threads
 from .blas import kernel_section
@@ -122,8 +122,8 @@ def packed_order(matrix, bounds):
 
 
 # The kernels' records: the arrays of a call grouped by what they are, so that
-# a worker takes a dozen parameters (a record costs about 0.1 us of dispatch
-# per array in it, measured: a few us a call).
+# a worker takes a dozen parameters; handed to the workers as plain tuples and
+# named again there, as the fused ops' (nblstm.cpu.fused.Inputs).
 class CellInputs(NamedTuple):
     """The inputs of a call: ``x2d [T * B, I]`` (C-contiguous), ``rows [R + 1]`` int64 the row blocks of the input
     projection (:func:`~nblstm.cpu.partition.row_bounds`), ``c0 [B, H]``, ``h0 [B, P]``, ``lengths [B]`` int64
@@ -374,8 +374,8 @@ def forward_kernel(inputs, weights, options, work, proj_work, saved, project=Tru
     batch, units = inputs.c0.shape
     depth = inputs.h0.shape[1]
     macs = steps * batch * 4 * units * (inputs.x2d.shape[1] + depth) + steps * batch * units * depth * options.has_proj
-    threads.run(forward_worker, (claims, done, inputs, weights, options, work, proj_work, saved, np.bool_(project)),
-                min(workers, call_threads(macs, workers)))
+    threads.run(forward_worker, (claims, done, tuple(inputs), tuple(weights), tuple(options), work, proj_work,
+                                 tuple(saved), np.bool_(project)), min(workers, call_threads(macs, workers)))
 
 
 @njit(**KERNEL)
@@ -392,6 +392,8 @@ def projection_worker(w, claims, done, x2d, w_x, rows, pre2d):
 def forward_worker(w, claims, done, inputs, weights, options, work, proj_work, saved, project):
     """Worker ``w``'s part of :func:`forward_kernel`: the chunks it claims (:mod:`nblstm.cpu.sync`); workers past
     the last chunk only help with the input projection."""
+    inputs, weights, options, saved = CellInputs(*inputs), CellWeights(*weights), KernelOptions(*options), \
+        CellSaved(*saved)
     gates = saved.gates
     one = gates.dtype.type(1.0)
     pclip = gates.dtype.type(options.proj_clip)
@@ -576,13 +578,16 @@ def backward_kernel(inputs, weights, options, saved, d_out, work, proj_work, gra
     has_proj = options.has_proj
     macs = steps * batch * four_units * (saved.h_raw.shape[2] if has_proj else four_units // 4) * (1 + has_proj)
     claims, done = sync.counters(2 * steps + 1, num_chunks)
-    threads.run(backward_worker, (claims, done, inputs, weights, options, saved, d_out, work, proj_work, grads),
-                min(num_chunks, call_threads(macs, num_chunks)))
+    threads.run(backward_worker, (claims, done, tuple(inputs), tuple(weights), tuple(options), tuple(saved), d_out,
+                                  work, proj_work, tuple(grads)), min(num_chunks, call_threads(macs, num_chunks)))
 
 
 @njit(**KERNEL)
 def backward_worker(w, claims, done, inputs, weights, options, saved, d_out, work, proj_work, grads):
     """Worker ``w``'s part of :func:`backward_kernel`: the chunks it claims (:mod:`nblstm.cpu.sync`)."""
+    inputs, weights, options, saved = CellInputs(*inputs), CellWeights(*weights), KernelOptions(*options), \
+        CellSaved(*saved)
+    grads = CellGrads(*grads)
     bounds, proj_bounds, lengths = weights.bounds, weights.proj_bounds, inputs.lengths
     num_chunks = bounds.shape[0] - 1
     num_proj_chunks = proj_bounds.shape[0] - 1

@@ -56,7 +56,7 @@ import numpy as np
 from numba import njit
 
 from .._jit import KERNEL
-from ..options import OpOptions
+from ..options import KernelOptions, OpOptions
 from ..spec import backward_unit, forward_unit, unit_options
 from . import microkernel, pool, sync, threads
 from .blas import kernel_section
@@ -80,8 +80,12 @@ __all__ = ["BackwardWeights", "ForwardWeights", "Inputs", "PackedBackward", "Pac
 
 
 # The kernels' records: the arrays of a call grouped by what they are, so that
-# a worker takes a dozen parameters. Built on the host once per call (a record
-# costs about 0.1 us of dispatch per array in it, measured: a few us a call).
+# a worker takes a dozen parameters. A driver hands them to its workers as
+# plain tuples, which a worker takes apart once, before its time loop:
+# numba's dispatcher types a plain tuple of arrays in C, a named one in Python
+# (5 arrays dispatched in 1.1 us as a plain tuple, 2.0 us named), and arrays
+# taken out of a record inside the loop cost their reference counting at
+# every step (0.15 us a step at B = 1, H = 32, measured).
 class Inputs(NamedTuple):
     """The forward's inputs: ``x2d [S * B, I]`` (C-contiguous), ``cs_prev, h_prev [B, H]``."""
 
@@ -182,83 +186,6 @@ def _input_part(t, k, col_off, x2d, w_x, work, batch):
                              width // microkernel.panel_width_of(w_x), work, batch * col0, width, np.bool_(False))
 
 
-# Inlined into the time loop: as a call, its ~25 array arguments (each
-# reference-counted) cost about 0.25 us a step, a quarter of a small step.
-@njit(inline="always", **KERNEL)
-def _forward_chunk(t, k, x_ready, inputs, weights, unit, work, outs):
-    """Step ``t`` of the units of chunk ``k``: the GEMMs of the gates, then the gate maths.
-
-    ``inputs`` (:class:`Inputs`), ``weights`` (:class:`PackedForward`), ``unit``
-    (:class:`nblstm.spec.UnitOptions`), ``outs`` the outputs ``(i, cs, f, o,
-    ci, co, h)`` (:func:`forward_kernel`). With ``weights.fused`` the gates are
-    ``x_t @ w_x + h_{t-1} @ w_rec`` on the micro-kernel, one accumulator per
-    element; ``x_ready``: the chunk's ``x_t @ w_x`` is in ``work`` already
-    (:func:`_input_part`). Otherwise ``i, ci, f, o`` hold the step's input
-    projections on entry (see :func:`forward_kernel`), added to
-    ``h_{t-1} @ w_rec``; the gate maths writes the gates over them.
-    """
-    x2d, cs_prev, h_prev = inputs
-    i_, cs_, f_, o_, ci_, co_, h_ = outs
-    blocks, bounds, col_off = weights.blocks, weights.bounds, weights.col_off
-    w_rec, fused = weights.w_rec, weights.fused
-    wci, wcf, wco = weights.peepholes
-    bias = weights.bias
-    batch = cs_prev.shape[0]
-    units = cs_prev.shape[1]
-    u0 = bounds[k]
-    u1 = bounds[k + 1]
-    uk = u1 - u0
-    col0 = col_off[k]
-    width = col_off[k + 1] - col0
-    gk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
-    h_src = h_prev if t == 0 else h_[t - 1]
-    # The step's slot of each output: step t itself, or a slot of a short
-    # array that an inference call reuses (forward_kernel).
-    ti, tc, tp, to = t % i_.shape[0], t % cs_.shape[0], (t - 1) % cs_.shape[0], t % co_.shape[0]
-    panels = width // microkernel.panel_width_of(w_rec)
-    if fused and not x_ready:
-        _input_part(t, k, col_off, x2d, weights.w_x, work, batch)
-    # Offsets and flags as int64 and bool values, never literals: each literal would compile the micro-kernel again.
-    microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), units, batch, w_rec, units * col0, units, panels, work,
-                             batch * col0, width, fused)
-    if not fused:  # add the input projection
-        for b in range(batch):
-            g = gk[b]
-            _add_to(g[blocks[0] * uk:(blocks[0] + 1) * uk], i_[ti, b, u0:u1])
-            _add_to(g[blocks[1] * uk:(blocks[1] + 1) * uk], ci_[ti, b, u0:u1])
-            _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[ti, b, u0:u1])
-            _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[ti, b, u0:u1])
-    # Gate g of the chunk's units: columns blocks[g] * uk .. of the chunk's
-    # GEMM result, and blocks[g] * H + u0 .. of the bias. Every array is
-    # sliced to the chunk, so that the unit loop indexes from 0 (no
-    # wraparound checks) and LLVM vectorizes it.
-    bi = bias[blocks[0] * units + u0:blocks[0] * units + u1]
-    bc = bias[blocks[1] * units + u0:blocks[1] * units + u1]
-    bf = bias[blocks[2] * units + u0:blocks[2] * units + u1]
-    bo = bias[blocks[3] * units + u0:blocks[3] * units + u1]
-    pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
-    for b in range(batch):
-        g = gk[b]
-        gi = g[blocks[0] * uk:(blocks[0] + 1) * uk]
-        gc = g[blocks[1] * uk:(blocks[1] + 1) * uk]
-        gf = g[blocks[2] * uk:(blocks[2] + 1) * uk]
-        go = g[blocks[3] * uk:(blocks[3] + 1) * uk]
-        c_src = cs_prev[b, u0:u1] if t == 0 else cs_[tp, b, u0:u1]
-        i_r, cs_r, f_r, o_r = i_[ti, b, u0:u1], cs_[tc, b, u0:u1], f_[ti, b, u0:u1], o_[ti, b, u0:u1]
-        ci_r, co_r, h_r = ci_[ti, b, u0:u1], co_[to, b, u0:u1], h_[t, b, u0:u1]
-        for j in range(uk):
-            i, ci, f, o, cs, co, h = forward_unit(
-                gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j], c_src[j], (pi[j], pf[j], po[j]), unit,
-            )
-            i_r[j] = i
-            ci_r[j] = ci
-            f_r[j] = f
-            o_r[j] = o
-            cs_r[j] = cs
-            co_r[j] = co
-            h_r[j] = h
-
-
 def forward_kernel(inputs, weights, rows, parallel_projection, options, work, outs):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
@@ -304,8 +231,8 @@ def forward_kernel(inputs, weights, rows, parallel_projection, options, work, ou
         workers = max(workers, min(tasks, numba.get_num_threads()))
     workers = min(workers, call_threads(steps * batch * 4 * units * (x2d.shape[1] + units), workers))
     claims, done = sync.counters(steps + 1, max(num_chunks, tasks))
-    threads.run(forward_worker, (claims, done, inputs, weights, rows, parallel_projection, options, work, outs),
-                workers)
+    threads.run(forward_worker, (claims, done, tuple(inputs), tuple(weights), rows, parallel_projection,
+                                 tuple(options), work, outs), workers)
 
 
 @njit(**KERNEL)
@@ -321,10 +248,11 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
     does not need ``h_t``, while the other chunks finish. Workers past the
     last chunk only help with the input projection.
     """
-    i_, cs_, f_, o_, ci_ = outs[0], outs[1], outs[2], outs[3], outs[4]
-    unit = unit_options(options, cs_.dtype.type(1.0), np.int64(0))  # the fused ops: tanh and sigmoid
-    x2d, cs_prev = inputs.x2d, inputs.cs_prev
-    fused, bounds = weights.fused, weights.bounds
+    x2d, cs_prev, h_prev = inputs
+    w_in, w_x, w_rec, bounds, col_off, blocks, fused, bias, peepholes = weights
+    wci, wcf, wco = peepholes
+    i_, cs_, f_, o_, ci_, co_, h_ = outs
+    unit = unit_options(KernelOptions(*options), cs_.dtype.type(1.0), np.int64(0))  # the fused ops: tanh, sigmoid
     batch, units = cs_prev.shape
     steps = x2d.shape[0] // batch
     total = i_.shape[0] * batch
@@ -337,7 +265,7 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
             for j in range(tasks):
                 k = sync.claimed(claims, done, np.int64(0), w, tasks, np.bool_(False), j)
                 if k >= 0:
-                    _input_projection(x2d, weights.w_in, pre, rows, k)
+                    _input_projection(x2d, w_in, pre, rows, k)
                     sync.count_done(done, np.int64(0), tasks)
         sync.wait_for(done, 0, tasks)
     num_chunks = bounds.shape[0] - 1
@@ -350,69 +278,70 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
             k = sync.claimed(claims, done, t + 1, w, num_chunks, x_ready, j)
             if k >= 0:
                 mine = x_ready and k == w
-                _forward_chunk(t, k, mine, inputs, weights, unit, work, outs)
+                # Step t of the units of chunk k: the GEMMs of the gates, then
+                # the gate maths (written out here, not called: the records'
+                # arrays are taken apart once, before the time loop, where a
+                # function would take them apart at every step, 0.15 us a step).
+                u0 = bounds[k]
+                u1 = bounds[k + 1]
+                uk = u1 - u0
+                col0 = col_off[k]
+                width = col_off[k + 1] - col0
+                gk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
+                h_src = h_prev if t == 0 else h_[t - 1]
+                # The step's slot of each output: step t itself, or a slot of a
+                # short array that an inference call reuses (forward_kernel).
+                ti, tc, tp, to = t % i_.shape[0], t % cs_.shape[0], (t - 1) % cs_.shape[0], t % co_.shape[0]
+                panels = width // microkernel.panel_width_of(w_rec)
+                if fused and not mine:
+                    _input_part(t, k, col_off, x2d, w_x, work, batch)
+                # Offsets and flags as int64 and bool values, never literals: each
+                # literal would compile the micro-kernel again.
+                microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), units, batch, w_rec, units * col0, units,
+                                         panels, work, batch * col0, width, fused)
+                if not fused:  # add the input projection
+                    for b in range(batch):
+                        g = gk[b]
+                        _add_to(g[blocks[0] * uk:(blocks[0] + 1) * uk], i_[ti, b, u0:u1])
+                        _add_to(g[blocks[1] * uk:(blocks[1] + 1) * uk], ci_[ti, b, u0:u1])
+                        _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[ti, b, u0:u1])
+                        _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[ti, b, u0:u1])
+                # Gate g of the chunk's units: columns blocks[g] * uk .. of the
+                # chunk's GEMM result, and blocks[g] * H + u0 .. of the bias. Every
+                # array is sliced to the chunk, so that the unit loop indexes from 0
+                # (no wraparound checks) and LLVM vectorizes it.
+                bi = bias[blocks[0] * units + u0:blocks[0] * units + u1]
+                bc = bias[blocks[1] * units + u0:blocks[1] * units + u1]
+                bf = bias[blocks[2] * units + u0:blocks[2] * units + u1]
+                bo = bias[blocks[3] * units + u0:blocks[3] * units + u1]
+                pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
+                for b in range(batch):
+                    g = gk[b]
+                    gi = g[blocks[0] * uk:(blocks[0] + 1) * uk]
+                    gc = g[blocks[1] * uk:(blocks[1] + 1) * uk]
+                    gf = g[blocks[2] * uk:(blocks[2] + 1) * uk]
+                    go = g[blocks[3] * uk:(blocks[3] + 1) * uk]
+                    c_src = cs_prev[b, u0:u1] if t == 0 else cs_[tp, b, u0:u1]
+                    i_r, cs_r, f_r, o_r = i_[ti, b, u0:u1], cs_[tc, b, u0:u1], f_[ti, b, u0:u1], o_[ti, b, u0:u1]
+                    ci_r, co_r, h_r = ci_[ti, b, u0:u1], co_[to, b, u0:u1], h_[t, b, u0:u1]
+                    for jj in range(uk):
+                        i, ci, f, o, cs, co, h = forward_unit(
+                            gi[jj] + bi[jj], gc[jj] + bc[jj], gf[jj] + bf[jj], go[jj] + bo[jj], c_src[jj],
+                            (pi[jj], pf[jj], po[jj]), unit,
+                        )
+                        i_r[jj] = i
+                        ci_r[jj] = ci
+                        f_r[jj] = f
+                        o_r[jj] = o
+                        cs_r[jj] = cs
+                        co_r[jj] = co
+                        h_r[jj] = h
                 own_done = own_done or k == w
                 sync.count_done(done, t + 1, num_chunks)
         x_ready = fused and own_done and t + 1 < steps and sync.claim(claims, t + 2, w, stride)
         if x_ready:
-            _input_part(t + 1, w, weights.col_off, x2d, weights.w_x, work, batch)
+            _input_part(t + 1, w, col_off, x2d, w_x, work, batch)
         sync.wait_for(done, t + 1, num_chunks)
-
-
-@njit(inline="always", **KERNEL)  # inlined, as _forward_chunk
-def _backward_chunk(t, k, cs_prev, saved, incoming, weights, unit, work, grads):
-    """Step ``t`` (backwards) of the units of chunk ``k``; arguments as :func:`backward_kernel`'s."""
-    i_, cs_, f_, o_, ci_, co_ = saved
-    cs_grad, h_grad = incoming
-    dgates, dc, peephole_grads = grads
-    bounds, col_off, blocks, w_rec_t = weights.bounds, weights.col_off, weights.blocks, weights.w_rec_t
-    wci, wcf, wco = weights.peepholes
-    batch, units = cs_prev.shape
-    u0 = bounds[k]
-    u1 = bounds[k + 1]
-    uk = u1 - u0
-    col0 = col_off[k]
-    width = col_off[k + 1] - col0
-    dhk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
-    gates = 4 * units
-    if t + 1 >= dgates.shape[0]:
-        dhk[:] = 0
-    else:  # dh = dgates[t + 1] @ w_rec[u0:u1]^T, on the packed transposes
-        microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * gates, gates, batch, w_rec_t, gates * col0, gates,
-                                 width // microkernel.panel_width_of(w_rec_t), work, batch * col0, width,
-                                 np.bool_(False))
-    # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
-    pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
-    gi_, gf_, go_ = peephole_grads[0][u0:u1], peephole_grads[1][u0:u1], peephole_grads[2][u0:u1]
-    for b in range(batch):
-        dh_r = dhk[b]
-        dg = dgates[t, b]
-        dgi = dg[blocks[0] * units + u0:blocks[0] * units + u1]
-        dgc = dg[blocks[1] * units + u0:blocks[1] * units + u1]
-        dgf = dg[blocks[2] * units + u0:blocks[2] * units + u1]
-        dgo = dg[blocks[3] * units + u0:blocks[3] * units + u1]
-        dc_r = dc[b, u0:u1]
-        c_src = cs_prev[b, u0:u1] if t == 0 else cs_[t - 1, b, u0:u1]
-        i_r, cs_r, f_r, o_r = i_[t, b, u0:u1], cs_[t, b, u0:u1], f_[t, b, u0:u1], o_[t, b, u0:u1]
-        ci_r, co_r = ci_[t, b, u0:u1], co_[t, b, u0:u1]
-        hg_r, cg_r = h_grad[t, b, u0:u1], cs_grad[t, b, u0:u1]
-        for j in range(uk):
-            c_prev = c_src[j]
-            di, dci, df, do, dc_prev = backward_unit(
-                hg_r[j] + dh_r[j], cg_r[j] + dc_r[j], i_r[j], ci_r[j], f_r[j], o_r[j], co_r[j], c_prev,
-                (pi[j], pf[j], po[j]), unit,
-            )
-            dgi[j] = di
-            dgc[j] = dci
-            dgf[j] = df
-            dgo[j] = do
-            dc_r[j] = dc_prev
-        if unit.use_peepholes:
-            # A loop of its own: fewer arrays per loop let LLVM vectorize both.
-            for j in range(uk):
-                gi_[j] += dgi[j] * c_src[j]
-                gf_[j] += dgf[j] * c_src[j]
-                go_[j] += dgo[j] * cs_r[j]
 
 
 def backward_kernel(cs_prev, saved, incoming, weights, options, work, grads):
@@ -441,20 +370,71 @@ def backward_kernel(cs_prev, saved, incoming, weights, options, work, grads):
     steps, batch, gates = grads[0].shape
     claims, done = sync.counters(steps, num_chunks)
     workers = min(num_chunks, call_threads(steps * batch * gates * gates // 4, num_chunks))
-    threads.run(backward_worker, (claims, done, cs_prev, saved, incoming, weights, options, work, grads), workers)
+    threads.run(backward_worker, (claims, done, cs_prev, saved, incoming, tuple(weights), tuple(options), work, grads),
+                workers)
 
 
 @njit(**KERNEL)
 def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options, work, grads):
     """Worker ``w``'s part of :func:`backward_kernel`: the steps' chunks it claims (:mod:`nblstm.cpu.sync`)."""
-    dgates = grads[0]
-    unit = unit_options(options, dgates.dtype.type(1.0), np.int64(0))
-    num_chunks = weights.bounds.shape[0] - 1
+    # The records taken apart once, before the time loop (see forward_worker).
+    i_, cs_, f_, o_, ci_, co_ = saved
+    cs_grad, h_grad = incoming
+    w_rec_t, bounds, col_off, blocks, (wci, wcf, wco) = weights
+    dgates, dc, (wci_grad, wcf_grad, wco_grad) = grads
+    unit = unit_options(KernelOptions(*options), dgates.dtype.type(1.0), np.int64(0))
+    batch, units = cs_prev.shape
+    num_chunks = bounds.shape[0] - 1
     for t in range(dgates.shape[0] - 1, -1, -1):
         for j in range(num_chunks):
             k = sync.claimed(claims, done, t, w, num_chunks, np.bool_(False), j)
             if k >= 0:
-                _backward_chunk(t, k, cs_prev, saved, incoming, weights, unit, work, grads)
+                # Step t (backwards) of the units of chunk k.
+                u0 = bounds[k]
+                u1 = bounds[k + 1]
+                uk = u1 - u0
+                col0 = col_off[k]
+                width = col_off[k + 1] - col0
+                dhk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
+                gates = 4 * units
+                if t + 1 >= dgates.shape[0]:
+                    dhk[:] = 0
+                else:  # dh = dgates[t + 1] @ w_rec[u0:u1]^T, on the packed transposes
+                    microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * gates, gates, batch, w_rec_t,
+                                             gates * col0, gates, width // microkernel.panel_width_of(w_rec_t), work,
+                                             batch * col0, width, np.bool_(False))
+                # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
+                pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
+                gi_, gf_, go_ = wci_grad[u0:u1], wcf_grad[u0:u1], wco_grad[u0:u1]
+                for b in range(batch):
+                    dh_r = dhk[b]
+                    dg = dgates[t, b]
+                    dgi = dg[blocks[0] * units + u0:blocks[0] * units + u1]
+                    dgc = dg[blocks[1] * units + u0:blocks[1] * units + u1]
+                    dgf = dg[blocks[2] * units + u0:blocks[2] * units + u1]
+                    dgo = dg[blocks[3] * units + u0:blocks[3] * units + u1]
+                    dc_r = dc[b, u0:u1]
+                    c_src = cs_prev[b, u0:u1] if t == 0 else cs_[t - 1, b, u0:u1]
+                    i_r, cs_r, f_r, o_r = i_[t, b, u0:u1], cs_[t, b, u0:u1], f_[t, b, u0:u1], o_[t, b, u0:u1]
+                    ci_r, co_r = ci_[t, b, u0:u1], co_[t, b, u0:u1]
+                    hg_r, cg_r = h_grad[t, b, u0:u1], cs_grad[t, b, u0:u1]
+                    for jj in range(uk):
+                        c_prev = c_src[jj]
+                        di, dci, df, do, dc_prev = backward_unit(
+                            hg_r[jj] + dh_r[jj], cg_r[jj] + dc_r[jj], i_r[jj], ci_r[jj], f_r[jj], o_r[jj], co_r[jj],
+                            c_prev, (pi[jj], pf[jj], po[jj]), unit,
+                        )
+                        dgi[jj] = di
+                        dgc[jj] = dci
+                        dgf[jj] = df
+                        dgo[jj] = do
+                        dc_r[jj] = dc_prev
+                    if unit.use_peepholes:
+                        # A loop of its own: fewer arrays per loop let LLVM vectorize both.
+                        for jj in range(uk):
+                            gi_[jj] += dgi[jj] * c_src[jj]
+                            gf_[jj] += dgf[jj] * c_src[jj]
+                            go_[jj] += dgo[jj] * cs_r[jj]
                 sync.count_done(done, t, num_chunks)
         sync.wait_for(done, t, num_chunks)
 
@@ -573,8 +553,9 @@ class ForwardWeights:
     def record(self, bias, peepholes):
         """The kernels' record (:class:`PackedForward`) with ``bias [4H]`` and ``peepholes (wci, wcf, wco)``."""
         c = np.ascontiguousarray
+        wci, wcf, wco = peepholes
         return PackedForward(self.w_in, self.w_x, self.w_rec, self.bounds, self.col_off, self.blocks, self.fused,
-                             c(bias), tuple(c(p) for p in peepholes))
+                             c(bias), (c(wci), c(wcf), c(wco)))
 
 
 def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
@@ -623,12 +604,13 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
     units = cs_prev.shape[1]
     dtype = x.dtype
     if not save:
-        h = pool.empty((steps, batch, units), dtype)
-        ring = pool.aligned((2, batch, units), dtype)
-        scratch = pool.aligned((5 if weights.fused else 1, 1, batch, units), dtype)
-        gates = tuple(scratch[:4]) if weights.fused else tuple(pool.aligned((4, steps, batch, units), dtype))
-        _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, steps, options,
-                       (gates[0], ring, gates[1], gates[2], gates[3], scratch[-1], h))
+        # One allocation: h, the two slots of cs, co's slot, and the gates' (every step's without the fused
+        # projection: they hold the input projection).
+        n = 1 if weights.fused else steps
+        buf = pool.empty((steps + 3 + 4 * n, batch, units), dtype)
+        h, ring, co = buf[:steps], buf[steps:steps + 2], buf[steps + 2:steps + 3]
+        i_, f_, o_, ci_ = (buf[steps + 3 + g * n:steps + 3 + (g + 1) * n] for g in range(4))
+        _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, steps, options, (i_, ring, f_, o_, ci_, co, h))
         return h, ring[(steps - 1) % 2]
     # One allocation for the seven outputs: at 4 MiB and more NumPy asks for
     # transparent huge pages, and glibc raises its trim threshold to the
@@ -686,8 +668,8 @@ class BackwardWeights:
     def record(self, layout, peepholes):
         """The kernels' record (:class:`PackedBackward`) for the gate ``layout`` and ``peepholes (wci, wcf, wco)``."""
         c = np.ascontiguousarray
-        return PackedBackward(self.w_rec_t, self.bounds, self.col_off, gate_blocks(layout),
-                              tuple(c(p) for p in peepholes))
+        wci, wcf, wco = peepholes
+        return PackedBackward(self.w_rec_t, self.bounds, self.col_off, gate_blocks(layout), (c(wci), c(wcf), c(wco)))
 
 
 def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout,
