@@ -201,3 +201,14 @@ def test_copy_transposed_moves_the_bits_of_any_strided_view(dtype):
         copy_transposed(np.zeros((2, 3), dtype), np.zeros((2, 3), dtype))
     with pytest.raises(ValueError, match="expected"):
         copy_transposed(np.zeros((2, 3), dtype), np.zeros((3, 2), np.int8))
+
+
+def test_nblstm_info_names_the_tile_chosen_for_this_cpu():
+    import io
+
+    from nblstm._tools import cli
+
+    out = io.StringIO()
+    assert cli.info(None, out) == 0
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("microkernel"))
+    assert f"{mk.TILE_ROWS} x " in line and f"panels of {mk.panel_width(np.float32)} float32" in line

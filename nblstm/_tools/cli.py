@@ -212,6 +212,7 @@ def info(args, out=sys.stdout):
     import scipy
 
     from ..cpu.blas import blas_info
+    from ..cpu.microkernel import describe
 
     print(f"nblstm      {__version__}", file=out)
     print(f"python      {platform.python_version()} ({platform.machine()}, {platform.system()})", file=out)
@@ -220,6 +221,8 @@ def info(args, out=sys.stdout):
     print("targets     cpu" + (", cuda" if _cuda_available() else " (cuda: not available)"), file=out)
     # The CPU kernels run on nblstm's own worker threads (nblstm.cpu.threads), as many as numba's setting.
     print(f"threading   {numba.get_num_threads()} worker threads (numba.get_num_threads())", file=out)
+    # The recurrent products' register tile (nblstm.cpu.microkernel), chosen by the host's vector width.
+    print(f"microkernel {describe()}", file=out)
     for lib in blas_info():
         print(f"blas        {lib['internal_api']} {lib['version']} ({lib.get('architecture')}), "
               f"{lib['num_threads']} threads, {lib['filepath']}", file=out)

@@ -30,6 +30,7 @@ from .._jit import KERNEL
 
 __all__ = [
     "TILE_ROWS",
+    "describe",
     "gemm_panels",
     "make_tile",
     "pack_columns",
@@ -57,6 +58,13 @@ def _tile_shape():
 
 
 _LANES32, TILE_ROWS, _VECTORS = _tile_shape()
+
+
+def describe():
+    """The tile chosen for this CPU, in words (``nblstm info``)."""
+    isa = "AVX-512" if _LANES32 == 16 else "AVX2"
+    return (f"{isa}: {TILE_ROWS} x {_VECTORS} tile of {_LANES32}-lane float32 vectors, panels of "
+            f"{panel_width(np.float32)} float32 / {panel_width(np.float64)} float64 columns")
 
 
 def panel_width(dtype):
