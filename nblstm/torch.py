@@ -56,6 +56,26 @@ def _numpy(t):
     return np.from_dlpack(t) if not t.is_cuda else t.cpu().numpy()
 
 
+def _bits(params):
+    """Copies of CPU parameters' bits (as unsigned integers, so that NaNs and signed zeros compare as bits), or
+    ``None`` where one is on a GPU."""
+    if any(t.is_cuda for t in params):
+        return None
+    return [_numpy(t).copy().view(f"u{t.element_size()}") for t in params]
+
+
+def _same_bits(kept, params):
+    """Whether ``params`` hold the bits ``kept`` (:func:`_bits`) holds."""
+    if len(kept) != len(params):
+        return False
+    for a, t in zip(kept, params, strict=True):
+        if t.is_cuda or a.shape != tuple(t.shape) or a.itemsize != t.element_size():
+            return False
+        if not np.array_equal(a, _numpy(t).view(a.dtype)):
+            return False
+    return True
+
+
 def _transpose_gates(torch_part, cell_part, to_cell):
     """PyTorch's ``[4H, N]`` rows and the cell's ``[N, 4H]`` columns, one the other's transpose, gate by gate.
 
@@ -131,7 +151,7 @@ def _apply(*args):
 def _infer(module, x, h0, c0, lengths, *params):
     """The forward alone, where no gradient is asked (outside TorchDynamo's tracing, as :func:`_apply`): the
     layer's inference call, which keeps only what it returns (:meth:`nblstm.LSTM.__call__`)."""
-    layer = module._layer_with(params)
+    layer = module._layer_with(params, reuse=True)
     hx = None if h0 is None else (_host(h0), _host(c0))
     out, (h_n, c_n) = layer(_host(x), hx, sequence_length=lengths, training=module.training)
     return _tensor(out, x), _tensor(h_n, x), _tensor(c_n, x)
@@ -187,6 +207,7 @@ class LSTM(torch.nn.Module):
         directions = 2 if bidirectional else 1
         depth = proj_size or hidden_size
         self._names = []
+        self._kept = None  # the parameters' bits the layer's weights were made from (_layer_with)
         for layer in range(num_layers):
             for d in range(directions):
                 suffix = f"_l{layer}{'_reverse' if d else ''}"
@@ -228,7 +249,7 @@ class LSTM(torch.nn.Module):
         """The parameters in the Function's argument order."""
         return [getattr(self, n + suffix) for suffix, names in self._names for n in names]
 
-    def _layer_with(self, params):
+    def _layer_with(self, params, reuse=False):
         """The nblstm layer holding ``params`` (the module's parameters, as given to the Function).
 
         The weights are rearranged on views of the tensors, by NumPy and
@@ -237,8 +258,14 @@ class LSTM(torch.nn.Module):
         that follow. :meth:`forward` has moved the layer to the parameters'
         dtype (:meth:`_follow`).
         """
-        # Rebuilt at every call: PyTorch's version counters miss in-place changes made through .data (as
-        # gradcheck and hand-written updates make them), so weights kept by counter could be stale.
+        # PyTorch's version counters miss in-place changes made through .data (as gradcheck and hand-written
+        # updates make them), so weights kept by counter could be stale. A training call rebuilds them (its
+        # parameters change at every step); an inference call (``reuse``) keeps the layer's weights, packed,
+        # while the parameters hold the same bits as when they were made: comparing them took 0.08 ms a MB,
+        # rebuilding and packing a 2-layer H = 256 stack 4.4 ms (B = 1, T = 30).
+        if reuse and self._kept is not None and _same_bits(self._kept, params):
+            return self._layer
+        self._kept = _bits(params) if reuse else None
         cells, k = [], 0
         for _suffix, names in self._names:
             p = {n: _numpy(t) for n, t in zip(names, params[k:k + len(names)], strict=True)}
@@ -265,6 +292,7 @@ class LSTM(torch.nn.Module):
         layer = self._layer
         if layer.dtype == _DTYPES[dtype]:
             return
+        self._kept = None
         self._layer = _layer.LSTM(**{**layer.get_config(), "dtype": _DTYPES[dtype]})
 
     def _parameter_grads(self, d_weights, like):

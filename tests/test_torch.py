@@ -324,3 +324,29 @@ def test_no_grad_runs_the_inference_call_with_the_training_bits(kwargs):
             assert torch.equal(a, b.detach())
         for a, b in ((got[0], expected[0]), (got[1][0], expected[1][0]), (got[1][1], expected[1][1])):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_inference_reuses_the_packed_weights_until_a_parameter_changes(monkeypatch):
+    """Inference calls keep the layer's weights while the parameters keep their bits; a change made anywhere
+    (``.data``, ``load_state_dict``, an optimizer) is seen at the next call."""
+    reference, lstm = pair(dtype=torch.float32, num_layers=2)
+    x = inputs({}, dtype=torch.float32)[0].detach()
+    rebuilt = []
+    real = nt._cell_kernel
+    monkeypatch.setattr(nt, "_cell_kernel", lambda *a: rebuilt.append(1) or real(*a))
+    with torch.no_grad():
+        first = lstm(x)[0]
+        again = lstm(x)[0]
+        assert len(rebuilt) == 2 and torch.equal(first, again)  # two layers built once
+        for module in (reference, lstm):
+            module.weight_hh_l1.data[0, 0] += 0.5  # .data: no version counter moves
+        changed = lstm(x)[0]
+        assert len(rebuilt) == 4
+        torch.testing.assert_close(changed, reference(x)[0], rtol=1e-5, atol=1e-6)
+        assert not torch.equal(changed, first)
+        for module in (reference, lstm):
+            module.bias_ih_l0.data[3] = float("nan")
+            module.bias_ih_l0.data[3] = 0.25  # back to a value: the bits are compared, not a counter
+        torch.testing.assert_close(lstm(x)[0], reference(x)[0], rtol=1e-5, atol=1e-6)
+    trained = lstm(x.requires_grad_(True))[0]  # a training call rebuilds, and the next inference too
+    torch.testing.assert_close(trained.detach(), reference(x.detach())[0].detach(), rtol=1e-5, atol=1e-6)
