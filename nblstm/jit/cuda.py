@@ -30,7 +30,11 @@ fused multiply-adds, as the CPU functions do.
 import inspect
 
 from numba import cuda, njit
-from numba.cuda.extending import overload
+
+try:  # numba-cuda (the cuda extra)
+    from numba.cuda.extending import overload
+except ImportError:  # numba's own numba.cuda: its overload takes the target
+    from numba.extending import overload
 
 from ..spec import UnitOptions, backward_unit, cast_like, fma, forward_unit
 from .cpu import ICFO, IFCO, JitOptions, OutputGrads, Peepholes, StepInputs, StepOutputs, layout_code
