@@ -35,11 +35,29 @@ from peer_compare import _machine  # noqa: E402
 _FORWARD = _FIRST_CALLS.format(grad="")  # import nblstm, then a tiny float32 forward
 _FORWARD_BACKWARD = _FIRST_CALLS.format(grad=_GRAD)
 
+#: The floor under a warm first call: numba itself loading one cached ``@njit`` function and calling it. Written
+#: to a module of the run's folder (numba caches only functions defined in a file).
+_FLOOR_MODULE = """
+import numba
+import numpy
+
+
+@numba.njit(cache=True)
+def total(a):
+    return a.sum()
+
+
+total(numpy.ones(3))
+"""
+_FLOOR = "import sys\nsys.path.insert(0, {work!r})\nimport nblstm_startup_floor"
+
 #: (label, code, numba cache: None, "warm" or "cold")
 CASES = (
     ("Python alone", "pass", None),
     ("`import numpy`", "import numpy", None),
     ("`import numba`", "import numba", None),
+    ("numba alone: one tiny cached `@njit` function loaded and called, warm cache (the floor)", _FLOOR, "warm"),
+    ("numba alone: the same function compiled, cold cache", _FLOOR, "cold"),
     ("`import nblstm`", "import nblstm", "warm"),
     ("`import nblstm` + first forward, warm cache", _FORWARD, "warm"),
     ("`import nblstm` + first forward and backward, warm cache", _FORWARD_BACKWARD, "warm"),
@@ -48,6 +66,8 @@ CASES = (
     ("`import nblstm` + first forward and backward, cold cache (JIT compile)", _FORWARD_BACKWARD, "cold"),
     ("`import nblstm` + `LSTMCell` run, `vjp` and backward, warm cache", _CELL_CALLS, "warm"),
     ("`import nblstm` + `LSTMCell` run, `vjp` and backward, cold cache (JIT compile)", _CELL_CALLS, "cold"),
+    ("both in one process: the ops' forward and backward, then the `LSTMCell` calls, cold cache",
+     _FORWARD_BACKWARD + _CELL_CALLS, "cold"),
     ("`nblstm.warmup(jobs=1)`, cold cache (every kernel, float32 and float64)",
      "import nblstm\nnblstm.warmup(jobs=1)", "cold"),
     ("`nblstm.warmup(jobs=2)`, cold cache (every kernel, float32 and float64)",
@@ -73,11 +93,14 @@ def measure(python, rounds):
     work = pathlib.Path(tempfile.mkdtemp(prefix="nblstm-startup-"))
     try:
         warm = str(work / "warm")
+        (work / "nblstm_startup_floor.py").write_text(_FLOOR_MODULE)
         # Fill the shared cache with everything the warm cases load.
         _run(python, _FORWARD_BACKWARD + "nblstm.warmup()\n", warm)
+        _run(python, _FLOOR.replace("{work!r}", repr(str(work))), warm)
         times = {label: [] for label, _, _ in CASES}
         for r in range(rounds):
             for k, (label, code, cache) in enumerate(CASES):
+                code = code.replace("{work!r}", repr(str(work)))
                 if cache == "cold":
                     folder = work / f"cold-{r}-{k}"
                     times[label].append(_run(python, code, str(folder)))
