@@ -36,7 +36,7 @@ _FORWARD = _FIRST_CALLS.format(grad="")  # import nblstm, then a tiny float32 fo
 _FORWARD_BACKWARD = _FIRST_CALLS.format(grad=_GRAD)
 
 #: The floor under a warm first call: numba itself loading one cached ``@njit`` function and calling it. Written
-#: to a module of the run's folder (numba caches only functions defined in a file).
+#: to a module of the run's folder, the working directory of every case (numba caches only functions defined in a file).
 _FLOOR_MODULE = """
 import numba
 import numpy
@@ -49,7 +49,7 @@ def total(a):
 
 total(numpy.ones(3))
 """
-_FLOOR = "import sys\nsys.path.insert(0, {work!r})\nimport nblstm_startup_floor"
+_FLOOR = "import nblstm_startup_floor"
 
 #: (label, code, numba cache: None, "warm" or "cold")
 CASES = (
@@ -77,14 +77,15 @@ CASES = (
 )
 
 
-def _run(python, code, cache_dir):
-    """Wall seconds of ``python -c code`` with ``NUMBA_CACHE_DIR=cache_dir`` (unset when ``None``)."""
+def _run(python, code, cache_dir, cwd):
+    """Wall seconds of ``python -c code`` in the folder ``cwd``, with ``NUMBA_CACHE_DIR=cache_dir`` (unset when
+    ``None``)."""
     env = dict(os.environ)
     env.pop("NUMBA_CACHE_DIR", None)
     if cache_dir is not None:
         env["NUMBA_CACHE_DIR"] = cache_dir
     start = time.perf_counter()
-    subprocess.run([python, "-c", code], env=env, check=True, capture_output=True)
+    subprocess.run([python, "-c", code], env=env, cwd=cwd, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -95,18 +96,17 @@ def measure(python, rounds):
         warm = str(work / "warm")
         (work / "nblstm_startup_floor.py").write_text(_FLOOR_MODULE)
         # Fill the shared cache with everything the warm cases load.
-        _run(python, _FORWARD_BACKWARD + "nblstm.warmup()\n", warm)
-        _run(python, _FLOOR.replace("{work!r}", repr(str(work))), warm)
+        _run(python, _FORWARD_BACKWARD + "nblstm.warmup()\n", warm, work)
+        _run(python, _FLOOR, warm, work)
         times = {label: [] for label, _, _ in CASES}
         for r in range(rounds):
             for k, (label, code, cache) in enumerate(CASES):
-                code = code.replace("{work!r}", repr(str(work)))
                 if cache == "cold":
                     folder = work / f"cold-{r}-{k}"
-                    times[label].append(_run(python, code, str(folder)))
+                    times[label].append(_run(python, code, str(folder), work))
                     shutil.rmtree(folder, ignore_errors=True)
                 else:
-                    times[label].append(_run(python, code, warm if cache == "warm" else None))
+                    times[label].append(_run(python, code, warm if cache == "warm" else None, work))
         return times
     finally:
         shutil.rmtree(work, ignore_errors=True)
