@@ -20,14 +20,19 @@ Two sets, by where the code is compiled:
   the speed the flag had given them (the gate maths took 0.7x the time with
   FMAs); the micro-kernel's result elements are the same however the
   columns are split (:mod:`nblstm.cpu.microkernel`).
+- :data:`CALLEE`, the kernels that only other kernels call (the BLAS
+  products, the fused ops' input projection and weight-gradient blocks): :data:`KERNEL` without
+  the Python and C entry points numba otherwise compiles with each function.
 - :data:`GATE_MATHS`, the activations of :mod:`nblstm.spec` that are functions
   of their own (not inlined): compiled into the CPU kernels, which carry their
   own flags and cache, and into the CUDA kernels as device functions.
 """
 
-__all__ = ["GATE_MATHS", "KERNEL"]
+__all__ = ["CALLEE", "GATE_MATHS", "KERNEL"]
 
 #: Every CPU kernel: IEEE arithmetic as written (FMAs only where spec.py writes them).
 KERNEL = {"cache": True, "error_model": "numpy", "nogil": True}
 #: The activations of nblstm.spec: no division checks; compiled into their callers on both targets.
 GATE_MATHS = {"error_model": "numpy"}
+#: CPU kernels called only from other kernels, never from Python: no Python or C wrapper to compile.
+CALLEE = {**KERNEL, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}

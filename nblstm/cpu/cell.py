@@ -67,7 +67,7 @@ from .fused import BackwardWeights, ForwardWeights
 from .fused import backward as fused_backward
 from .fused import forward_packed as fused_forward
 from .fused import weight_grads_block as fused_weight_grads_block
-from .gemm import gemm_rows, gemm_tn
+from .gemm import address, dot, gemm
 from .pack import pack_chunks
 from .partition import MIN_PARALLEL_PACK, block_bounds, call_threads, cell_chunk_bounds, column_offsets, row_bounds
 
@@ -330,7 +330,8 @@ def _forward_proj(t, k, inputs, weights, proj_clip, proj_clip_on, work, saved):
     pk = p1 - p0
     wk = weights.w_proj[units * p0:units * p1].reshape((units, pk))
     gk = work[batch * p0:batch * p1].reshape((batch, pk))
-    np.dot(r_[t % r_.shape[0]], wk, gk)
+    dot((batch, pk, units, units, pk, pk, 0, work.itemsize), address(r_, (t % r_.shape[0]) * batch * units),
+        address(wk, 0), address(gk, 0))  # r_t @ wk
     for b in range(batch):
         g = gk[b]
         raw_r, h_r = h_raw_[t % h_raw_.shape[0], b, p0:p1], h_[t, b, p0:p1]
@@ -384,7 +385,12 @@ def projection_worker(w, claims, done, x2d, w_x, rows, pre2d):
     for j in range(rows.shape[0] - 1):
         r = sync.claimed(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False), j)
         if r >= 0:
-            gemm_rows(x2d, w_x, pre2d, rows, r)
+            r0, r1 = rows[r], rows[r + 1]
+            inputs, gates = w_x.shape
+            if inputs == 0:  # an empty sum
+                pre2d[r0:r1] = 0
+            dot((r1 - r0, gates, inputs, inputs, gates, gates, 0, x2d.itemsize), address(x2d, r0 * inputs),
+                address(w_x, 0), address(pre2d, r0 * gates))  # x2d[r0:r1] @ w_x
             sync.count_done(done, np.int64(0), rows.shape[0] - 1)
 
 
@@ -534,7 +540,8 @@ def _backward_units(t, k, inputs, weights, options, saved, work, grads):
     drk = work[batch * u0:batch * u1].reshape((batch, uk))
     if options.has_proj:
         wk = weights.w_proj_t[depth * u0:depth * u1].reshape((depth, uk))
-        np.dot(dh_raw[t], wk, drk)
+        dot((batch, uk, depth, depth, uk, uk, 0, work.itemsize), address(dh_raw, t * batch * depth),
+            address(wk, 0), address(drk, 0))  # dh_raw[t] @ wk
     else:
         for b in range(batch):
             src = dh_raw[t, b]
@@ -621,11 +628,14 @@ def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, splits, has_proj,
     ``proj_rows[k]..proj_rows[k+1]-1`` of its gradient ``r^T @ dh2d``.
     """
     dx2d, packed_grad, packed_b, d_proj = outs
-    fused_weight_grads_block(k, x2d, h2d, h0, dg2d, w_x.T, splits[:3], dx2d, packed_grad, packed_b)
+    fused_weight_grads_block(k, x2d, h2d, h0, dg2d, w_x, splits[:3], dx2d, packed_grad, packed_b)
     if has_proj:
         proj_rows = splits[3]
         p0, p1 = proj_rows[k], proj_rows[k + 1]
-        gemm_tn(r2d[:, p0:p1], dh2d, d_proj[p0:p1], np.bool_(False))
+        units, depth = d_proj.shape
+        # r2d[:, p0:p1]^T @ dh2d
+        gemm((p1 - p0, depth, r2d.shape[0], units, depth, depth, 1, 0, 0, r2d.itemsize), address(r2d, p0),
+             address(dh2d, 0), address(d_proj, p0 * depth))
 
 
 def weight_grads_kernel(x2d, h2d, h0, r2d, dg2d, dh2d, w_x, splits, perm, has_proj, outs, d_kernel, d_bias):

@@ -55,12 +55,12 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import KERNEL
+from .._jit import CALLEE, KERNEL
 from ..options import KernelOptions, OpOptions
 from ..spec import backward_unit, forward_unit, unit_options
 from . import microkernel, pool, sync, threads
 from .blas import kernel_section
-from .gemm import gemm_rows, gemm_tn
+from .gemm import address, dot, gemm
 from .pack import gate_weights, pack_chunks, pack_recurrent
 from .partition import (
     MIN_PARALLEL_PACK,
@@ -162,11 +162,17 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def _input_projection(x2d, w_in, pre, rows, task):
     """Task ``task = 4 r + g`` of the input projection: ``pre[g][rows_r] = x2d[rows_r] @ w_in[g]``."""
     g = task % 4
-    gemm_rows(x2d, w_in[g], pre[g], rows, task // 4)
+    r0, r1 = rows[task // 4], rows[task // 4 + 1]
+    inputs, units = w_in.shape[1], w_in.shape[2]
+    out = pre[g]
+    if inputs == 0:  # an empty sum
+        out[r0:r1] = 0
+    dot((r1 - r0, units, inputs, inputs, units, units, 0, x2d.itemsize), address(x2d, r0 * inputs),
+        address(w_in, g * inputs * units), address(out, r0 * units))
 
 
 @njit(inline="always", **KERNEL)
@@ -439,40 +445,46 @@ def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options,
         sync.wait_for(done, t, num_chunks)
 
 
-@njit(**KERNEL)
-def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, splits, x_grad2d, w_grad, b_grad):
+@njit(**CALLEE)
+def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in, splits, x_grad2d, w_grad, b_grad):
     """Thread ``k``'s share of the GEMMs after the backward loop.
 
     ``splits`` is ``(x_rows, w_rows, col_blocks)`` (:func:`weight_grads_kernel`):
-    rows ``x_rows[k]..x_rows[k+1]-1`` of ``x_grad2d``, rows
-    ``w_rows[k]..w_rows[k+1]-1`` of ``w_grad`` (each a product over all
-    steps: ``[x_t, h_{t-1}]^T @ dgates``, with ``h_prev`` before step 0) and
-    columns ``col_blocks[k]..col_blocks[k+1]-1`` of ``b_grad``.
+    rows ``x_rows[k]..x_rows[k+1]-1`` of ``x_grad2d = dg2d @ w_in[:I].T``,
+    rows ``w_rows[k]..w_rows[k+1]-1`` of ``w_grad`` (each a product over
+    all steps: ``[x_t, h_{t-1}]^T @ dgates``, with ``h_prev`` before step 0)
+    and columns ``col_blocks[k]..col_blocks[k+1]-1`` of ``b_grad``. ``w_in``
+    is C-contiguous, its first ``I`` rows the input weights.
     """
     x_rows, w_rows, col_blocks = splits
-    batch = h_prev.shape[0]
+    batch, depth = h_prev.shape
     inputs = x2d.shape[1]
-    rows = dg2d.shape[0]
-    gemm_rows(dg2d, w_in_t, x_grad2d, x_rows, k)
+    rows, gates = dg2d.shape
+    size = dg2d.itemsize
+    r0, r1 = x_rows[k], x_rows[k + 1]
+    if gates == 0:  # an empty sum
+        x_grad2d[r0:r1] = 0
+    dot((r1 - r0, inputs, gates, gates, gates, inputs, 1, size), address(dg2d, r0 * gates), address(w_in, 0),
+        address(x_grad2d, r0 * inputs))
     r0, r1 = w_rows[k], w_rows[k + 1]
     a0, a1 = min(r0, inputs), min(r1, inputs)  # rows of w[:I]
-    if a1 > a0:
-        gemm_tn(x2d[:, a0:a1], dg2d, w_grad[a0:a1], np.bool_(False))  # a bool, not a literal: one compile
-    b0, b1 = max(r0, inputs), max(r1, inputs)  # rows of w[I:]
-    if b1 > b0:
-        # Step 0's previous output is h_prev; step t's is h2d[t - 1].
-        gemm_tn(h_prev[:, b0 - inputs:b1 - inputs], dg2d[:batch], w_grad[b0:b1], np.bool_(False))
-        gemm_tn(h2d[:rows - batch, b0 - inputs:b1 - inputs], dg2d[batch:], w_grad[b0:b1], np.bool_(True))
+    gemm((a1 - a0, gates, rows, inputs, gates, gates, 1, 0, 0, size), address(x2d, a0), address(dg2d, 0),
+         address(w_grad, a0 * gates))
+    b0, b1 = max(r0, inputs) - inputs, max(r1, inputs) - inputs  # rows of w[I:]
+    # Step 0's previous output is h_prev; step t's is h2d[t - 1].
+    gemm((b1 - b0, gates, batch, depth, gates, gates, 1, 0, 0, size), address(h_prev, b0), address(dg2d, 0),
+         address(w_grad, (inputs + b0) * gates))
+    gemm((b1 - b0, gates, rows - batch, depth, gates, gates, 1, 0, 1, size), address(h2d, b0),
+         address(dg2d, batch * gates), address(w_grad, (inputs + b0) * gates))
     n0, n1 = col_blocks[k], col_blocks[k + 1]
-    bk = b_grad[n0:n1]
-    bk[:] = 0
+    for c in range(n0, n1):
+        b_grad[c] = 0
     for row in range(rows):
-        dr = dg2d[row, n0:n1]
-        for c in range(n1 - n0):
-            bk[c] += dr[c]
+        for c in range(n0, n1):
+            b_grad[c] += dg2d[row, c]
 
 
-def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, splits, x_grad2d, w_grad, b_grad, h_prev_grad):
+def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w, splits, x_grad2d, w_grad, b_grad, h_prev_grad):
     """The GEMMs after the backward loop, split across threads: ``x_grad`` by rows of
     ``dg2d``, ``w_grad`` by its own rows, ``b_grad`` by columns (no partial sums).
 
@@ -483,37 +495,38 @@ def weight_grads_kernel(x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, splits, x_grad2
     h2d : [T * B, H] C-contiguous array
         Forward output ``h``; row ``r - B`` is the previous output of row ``r``.
     h_prev : [B, H] C-contiguous array
-    dg2d : [S * B, 4H] array
+    dg2d : [S * B, 4H] C-contiguous array
         Gate gradients of all steps.
-    w_in_t : [4H, I] F-contiguous array
-        Transposed input weights (``w[:I].T``, a view).
-    w_rec_t : [4H, H] F-contiguous array
-        Transposed recurrent weights (``w[I:].T``, a view).
+    w : [I + H, 4H] C-contiguous array
+        The weights.
     splits : tuple of 3 [K + 1] int64 arrays
         ``(x_rows, w_rows, col_blocks)``: row blocks over ``0 .. S * B``
         (of ``x_grad2d``), row blocks over ``0 .. I + H`` (of ``w_grad``),
         column blocks over ``0 .. 4H`` (of ``b_grad``).
     x_grad2d : [S * B, I] array
-        Output ``dg2d @ w_in_t``.
+        Output ``dg2d @ w[:I].T``.
     w_grad : [I + H, 4H] array
         Output ``[x_t, h_{t-1}]^T @ dgates`` summed over steps.
     b_grad : [4H] array
         Output: column sums of ``dg2d``.
     h_prev_grad : [B, H] array
-        Output: ``dg2d[:B] @ w_rec_t``, the gradient of the initial output.
+        Output: ``dg2d[:B] @ w[I:].T``, the gradient of the initial output.
     """
     rows, gates = dg2d.shape
-    threads.run(weight_grads_worker, (x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, splits, x_grad2d, w_grad, b_grad,
-                                      h_prev_grad), len(splits[0]) - 1,
+    threads.run(weight_grads_worker, (x2d, h2d, h_prev, dg2d, w, splits, x_grad2d, w_grad, b_grad, h_prev_grad),
+                len(splits[0]) - 1,
                 call_threads(rows * gates * (2 * x2d.shape[1] + h2d.shape[1])))
 
 
 @njit(**KERNEL)
-def weight_grads_worker(k, x2d, h2d, h_prev, dg2d, w_in_t, w_rec_t, splits, x_grad2d, w_grad, b_grad, h_prev_grad):
+def weight_grads_worker(k, x2d, h2d, h_prev, dg2d, w, splits, x_grad2d, w_grad, b_grad, h_prev_grad):
     """Block ``k`` of :func:`weight_grads_kernel` (:func:`weight_grads_block`); block 0 also ``h_prev_grad``."""
-    weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in_t, splits, x_grad2d, w_grad, b_grad)
-    if k == 0:
-        np.dot(dg2d[:h_prev.shape[0]], w_rec_t, h_prev_grad)
+    weight_grads_block(k, x2d, h2d, h_prev, dg2d, w, splits, x_grad2d, w_grad, b_grad)
+    if k == 0:  # dg2d[:B] @ w[I:].T
+        batch, units = h_prev_grad.shape
+        gates, inputs = dg2d.shape[1], x2d.shape[1]
+        dot((batch, units, gates, gates, gates, units, 1, dg2d.itemsize), address(dg2d, 0),
+            address(w, inputs * gates), address(h_prev_grad, 0))
 
 
 class ForwardWeights:
@@ -760,7 +773,7 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
     b_grad = np.empty(4 * units, dtype)
     h_prev_grad = np.empty((batch, units), dtype)
     c = np.ascontiguousarray
-    w = c(w)  # its row blocks' transposes are F-contiguous views, as the kernel takes them
+    w = c(w)
     h2d = c(outputs[6]).reshape(steps * batch, units)
     with kernel_section():
         dg, dc, wci_grad, wcf_grad, wco_grad = backward_recurrent(
@@ -768,6 +781,5 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
             options.layout,
             _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype), packed_t)
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
-                            w[:inputs].T, w[inputs:].T, (x_rows, w_rows, col_blocks), x_grad2d, w_grad, b_grad,
-                            h_prev_grad)
+                            w, (x_rows, w_rows, col_blocks), x_grad2d, w_grad, b_grad, h_prev_grad)
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)

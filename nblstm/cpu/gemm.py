@@ -1,69 +1,108 @@
-"""The BLAS products the CPU kernels call from jitted code, one thread each.
+"""The BLAS products the CPU kernels call from jitted code, one thread each, on addresses.
 
-``np.dot`` inside ``@njit`` calls SciPy's BLAS; :func:`gemm_tn` calls numba's
-own BLAS entry point directly for ``a.T @ b`` with ``beta`` and any row
-stride, which ``np.dot`` does not offer. Callers run inside
-:class:`nblstm.cpu.blas.kernel_section` (BLAS on one thread).
+:func:`gemm` and :func:`dot` call numba's own BLAS entry points (what its
+``np.dot`` calls: SciPy's ``sgemm``, ``sgemv``, ``sdot`` and their float64
+twins) on operands given by their addresses and leading dimensions, so that
+one compiled function (:func:`_product`, ten integers and three addresses)
+serves every product of the fused ops, the cell and the step, whatever the
+layouts, dtypes and slices of the arrays around it. ``np.dot`` on array
+slices compiled numba's product machinery again for each combination of
+array types, and ``a.T @ b`` with ``beta`` had a helper of its own
+(:ref:`design-compile`). :func:`dot` passes BLAS the arguments ``np.dot``
+passed for the same product, so the results are bitwise the same.
+
+Callers run inside :class:`nblstm.cpu.blas.kernel_section` (BLAS on one thread).
 """
 
 import numpy as np
 from numba import njit, types
 
-from .._jit import KERNEL
+from .._jit import CALLEE
 
-__all__ = ["gemm_rows", "gemm_tn"]
+__all__ = ["address", "dot", "gemm"]
 
-
-@njit(**KERNEL)
-def gemm_rows(a, b, out, rows, r):
-    """``out[rows] = a[rows] @ b`` for row block ``r`` (``rows``: boundaries)."""
-    r0 = rows[r]
-    r1 = rows[r + 1]
-    if r1 > r0:
-        if a.shape[1] == 0:
-            out[r0:r1] = 0
-        else:
-            np.dot(a[r0:r1], b, out[r0:r1])
-
-
-# numba's own BLAS entry point (what its np.dot calls): a GEMM on strided
-# operands, with beta, so that w_grad's row blocks come from one product
-# over all rows each, with no partial sums to add up.
-_XXGEMM = types.ExternalFunction("numba_xxgemm", types.intc(
-    types.char, types.char, types.char, types.intp, types.intp, types.intp, types.voidptr, types.voidptr, types.intp,
-    types.voidptr, types.intp, types.voidptr, types.voidptr, types.intp))
+# numba's BLAS entry points (what its np.dot calls), their pointers declared as
+# integers (the same registers on every ABI numba supports).
+_intp, _char = types.intp, types.char
+#: kind, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+_XXGEMM = types.ExternalFunction("numba_xxgemm", types.intc(_char, _char, _char, *[_intp] * 11))
+#: kind, trans, m, n, alpha, a, lda, x, beta, y
+_XXGEMV = types.ExternalFunction("numba_xxgemv", types.intc(_char, _char, *[_intp] * 8))
+#: kind, conjugate, n, x, y, result
+_XXDOT = types.ExternalFunction("numba_xxdot", types.intc(_char, _char, *[_intp] * 4))
+# alpha = 1 and beta = 1 or 0, read by BLAS through their addresses.
+_SCALARS32 = np.array([1.0, 0.0], np.float32)
+_SCALARS64 = np.array([1.0, 0.0], np.float64)
+_N, _T = np.int8(78), np.int8(84)
 
 
 @njit(inline="always")
-def _leading_dimension(a):
-    """BLAS's leading dimension of the row-major ``a`` (unit column stride): its row
-    stride in elements. NumPy does not normalise the row stride of a one-row
-    array (``h.T`` of an ``[H, 1]`` array has strides ``(8, 8)``, a broadcast
-    row ``(0, 8)``), and BLAS rejects one below the row length."""
-    if a.shape[0] == 1:
-        return max(a.shape[1], 1)
-    return max(a.strides[0] // a.itemsize, a.shape[1], 1)
+def address(array, offset):
+    """The address (int64) of element ``offset`` (counted in elements) of ``array``'s data."""
+    return np.int64(array.ctypes.data) + np.int64(offset) * np.int64(array.itemsize)
 
 
-@njit(**KERNEL)
-def gemm_tn(a, b, c, accumulate):
-    """``c = a.T @ b`` (``c += a.T @ b`` with ``accumulate``): ``a: [K, M]``,
-    ``b: [K, N]``, ``c: [M, N]``, row-major, each with unit column stride
-    (any row stride: ``a`` may be a column block of a larger array)."""
-    k, m = a.shape
-    n = b.shape[1]
-    if m == 0 or n == 0:
+@njit(inline="always")
+def gemm(dims, a, b, c):
+    """``c = op(a) @ op(b)`` (``c += ...`` with ``accumulate``) on row-major operands at addresses ``a, b, c``,
+    one BLAS GEMM.
+
+    ``dims`` is ``(m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate,
+    itemsize)``, all integers: ``c`` is ``[m, n]`` with row stride ``ldc``;
+    ``op(a)`` is ``[m, k]``, stored as ``[m, k]`` with row stride ``lda``, or
+    as ``[k, m]`` with ``trans_a``; ``op(b)`` is ``[k, n]``, stored as
+    ``[k, n]`` with row stride ``ldb``, or as ``[n, k]`` with ``trans_b``;
+    ``itemsize`` is 4 (float32) or 8 (float64). With ``k = 0``, ``c`` is left
+    as it is (callers write the zeros an empty sum gives).
+
+    Inlined into the caller, where it makes every integer an ``int64``, so
+    that :func:`_product` compiles once, whatever types and literals the
+    caller's integers have.
+    """
+    i = np.int64
+    m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, itemsize = dims
+    _product((i(m), i(n), i(k), i(lda), i(ldb), i(ldc), i(trans_a), i(trans_b), i(accumulate), i(itemsize), i(0)),
+             i(a), i(b), i(c))
+
+
+@njit(inline="always")
+def dot(dims, a, b, c):
+    """``c = a @ op(b)`` as numba's ``np.dot(a, b, c)`` computes it: a GEMM, or
+    where ``a`` or ``op(b)`` is a vector (``m = 1`` or ``n = 1``) a GEMV, or
+    for two vectors a DOT, which round otherwise.
+
+    ``dims`` is ``(m, n, k, lda, ldb, ldc, trans_b, itemsize)``, as
+    :func:`gemm`'s (``a`` not transposed, no accumulation).
+    """
+    i = np.int64
+    m, n, k, lda, ldb, ldc, trans_b, itemsize = dims
+    _product((i(m), i(n), i(k), i(lda), i(ldb), i(ldc), i(0), i(trans_b), i(0), i(itemsize), i(1)), i(a), i(b),
+             i(c))
+
+
+@njit(**CALLEE)
+def _product(dims, a, b, c):
+    """:func:`gemm` (``as_dot = 0``) or :func:`dot` (``as_dot = 1``) on ``int64`` arguments:
+    ``dims`` is ``(m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, itemsize, as_dot)``."""
+    m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, itemsize, as_dot = dims
+    if m == 0 or n == 0 or k == 0:
         return
-    if k == 0:
-        if not accumulate:
-            c[:] = 0
-        return
-    item = c.itemsize
-    scalars = np.empty(2, c.dtype)  # alpha, beta (np.empty only: each allocator is another compile)
-    scalars[0] = 1
-    scalars[1] = 1 if accumulate else 0
-    alpha, beta = scalars[:1], scalars[1:]
-    kind = np.int8(115) if item == 4 else np.int8(100)  # 's' or 'd'
-    # Column-major BLAS sees each row-major array transposed: c^T = b^T @ a.
-    _XXGEMM(kind, np.int8(78), np.int8(84), n, m, k, alpha.ctypes, b.ctypes, _leading_dimension(b), a.ctypes,
-            _leading_dimension(a), beta.ctypes, c.ctypes, _leading_dimension(c))
+    if itemsize == 4:
+        kind = np.int8(115)  # 's'
+        scalars = np.int64(_SCALARS32.ctypes.data)
+    else:
+        kind = np.int8(100)  # 'd'
+        scalars = np.int64(_SCALARS64.ctypes.data)
+    beta = scalars if accumulate else scalars + itemsize
+    if as_dot and n == 1 and m == 1:
+        _XXDOT(kind, np.int8(0), k, a, b, c)
+    elif as_dot and n == 1:  # matrix @ vector
+        _XXGEMV(kind, _T, k, m, scalars, a, max(lda, 1), b, beta, c)
+    elif as_dot and m == 1:  # vector @ matrix
+        if trans_b:
+            _XXGEMV(kind, _T, k, n, scalars, b, max(ldb, 1), a, beta, c)
+        else:
+            _XXGEMV(kind, _N, n, k, scalars, b, max(ldb, 1), a, beta, c)
+    else:  # column-major BLAS sees each row-major operand transposed: c^T = op(b)^T @ op(a)^T
+        _XXGEMM(kind, _T if trans_b else _N, _T if trans_a else _N, n, m, k, scalars, b, max(ldb, 1), a,
+                max(lda, 1), beta, c, max(ldc, 1))
