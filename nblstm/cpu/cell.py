@@ -407,7 +407,7 @@ def forward_worker(w, claims, done, inputs, weights, options, work, proj_work, s
     rows = inputs.rows
     if project:
         projection_worker(w, claims, done, inputs.x2d, weights.w_x, rows, gates.reshape((steps * batch, four_units)))
-        sync.wait_for(done, 0, rows.shape[0] - 1)
+        sync.wait_for(done, np.int64(0), rows.shape[0] - 1)
     num_chunks = weights.bounds.shape[0] - 1
     num_proj_chunks = weights.proj_bounds.shape[0] - 1  # <= num_chunks
     if w >= num_chunks:

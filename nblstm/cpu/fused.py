@@ -78,6 +78,9 @@ from .partition import (
 __all__ = ["BackwardWeights", "ForwardWeights", "Inputs", "PackedBackward", "PackedForward", "backward",
            "backward_recurrent", "forward", "forward_packed", "weight_grads_block"]
 
+#: Offsets in the backward's step body: unsigned, so that indexing needs no wraparound check.
+U = np.uint64
+
 
 # The kernels' records: the arrays of a call grouped by what they are, so that
 # a worker takes a dozen parameters. A driver hands them to its workers as
@@ -273,7 +276,7 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
                 if k >= 0:
                     _input_projection(x2d, w_in, pre, rows, k)
                     sync.count_done(done, np.int64(0), tasks)
-        sync.wait_for(done, 0, tasks)
+        sync.wait_for(done, np.int64(0), tasks)
     num_chunks = bounds.shape[0] - 1
     if w >= num_chunks:
         return
@@ -391,56 +394,55 @@ def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options,
     unit = unit_options(KernelOptions(*options), dgates.dtype.type(1.0), np.int64(0))
     batch, units = cs_prev.shape
     num_chunks = bounds.shape[0] - 1
-    for t in range(dgates.shape[0] - 1, -1, -1):
+    steps = dgates.shape[0]
+    gates = 4 * units
+    # Flat views and unsigned offsets, no slice in the time loop (see forward_worker).
+    i_f, cs_f, f_f, o_f, ci_f, co_f = (i_.reshape(-1), cs_.reshape(-1), f_.reshape(-1), o_.reshape(-1),
+                                       ci_.reshape(-1), co_.reshape(-1))
+    cg_f, hg_f, dg_f, dc_f, c0_f = cs_grad.reshape(-1), h_grad.reshape(-1), dgates.reshape(-1), dc.reshape(-1), (
+        cs_prev.reshape(-1))
+    for t in range(steps - 1, -1, -1):
         for j in range(num_chunks):
             k = sync.claimed(claims, done, t, w, num_chunks, np.bool_(False), j)
             if k >= 0:
                 # Step t (backwards) of the units of chunk k.
                 u0 = bounds[k]
-                u1 = bounds[k + 1]
-                uk = u1 - u0
+                uk = bounds[k + 1] - u0
                 col0 = col_off[k]
                 width = col_off[k + 1] - col0
-                dhk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
-                gates = 4 * units
-                if t + 1 >= dgates.shape[0]:
-                    dhk[:] = 0
+                if t + 1 >= steps:
+                    for jj in range(U(batch * col0), U(batch * (col0 + width))):
+                        work[jj] = 0
                 else:  # dh = dgates[t + 1] @ w_rec[u0:u1]^T, on the packed transposes
-                    microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * gates, gates, batch, w_rec_t,
-                                             gates * col0, gates, width // microkernel.panel_width_of(w_rec_t), work,
-                                             batch * col0, width, np.bool_(False))
-                # Every array sliced to the chunk: the unit loop indexes from 0 and vectorizes.
-                pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
-                gi_, gf_, go_ = wci_grad[u0:u1], wcf_grad[u0:u1], wco_grad[u0:u1]
+                    microkernel.gemm_panels(dg_f, (t + 1) * batch * gates, gates, batch, w_rec_t, gates * col0, gates,
+                                             width // microkernel.panel_width_of(w_rec_t), work, batch * col0, width,
+                                             np.bool_(False))
+                p = U(u0)
+                c_src = c0_f if t == 0 else cs_f
                 for b in range(batch):
-                    dh_r = dhk[b]
-                    dg = dgates[t, b]
-                    dgi = dg[blocks[0] * units + u0:blocks[0] * units + u1]
-                    dgc = dg[blocks[1] * units + u0:blocks[1] * units + u1]
-                    dgf = dg[blocks[2] * units + u0:blocks[2] * units + u1]
-                    dgo = dg[blocks[3] * units + u0:blocks[3] * units + u1]
-                    dc_r = dc[b, u0:u1]
-                    c_src = cs_prev[b, u0:u1] if t == 0 else cs_[t - 1, b, u0:u1]
-                    i_r, cs_r, f_r, o_r = i_[t, b, u0:u1], cs_[t, b, u0:u1], f_[t, b, u0:u1], o_[t, b, u0:u1]
-                    ci_r, co_r = ci_[t, b, u0:u1], co_[t, b, u0:u1]
-                    hg_r, cg_r = h_grad[t, b, u0:u1], cs_grad[t, b, u0:u1]
-                    for jj in range(uk):
-                        c_prev = c_src[jj]
+                    dh = U(batch * col0 + b * width)
+                    g = U((t * batch + b) * gates)
+                    gi, gc = g + U(blocks[0] * units + u0), g + U(blocks[1] * units + u0)
+                    gf, go = g + U(blocks[2] * units + u0), g + U(blocks[3] * units + u0)
+                    r, rd = U((t * batch + b) * units + u0), U(b * units + u0)
+                    rc = rd if t == 0 else U(((t - 1) * batch + b) * units + u0)
+                    for jj in range(U(uk)):
                         di, dci, df, do, dc_prev = backward_unit(
-                            hg_r[jj] + dh_r[jj], cg_r[jj] + dc_r[jj], i_r[jj], ci_r[jj], f_r[jj], o_r[jj], co_r[jj],
-                            c_prev, (pi[jj], pf[jj], po[jj]), unit,
+                            hg_f[r + jj] + work[dh + jj], cg_f[r + jj] + dc_f[rd + jj], i_f[r + jj], ci_f[r + jj],
+                            f_f[r + jj], o_f[r + jj], co_f[r + jj], c_src[rc + jj],
+                            (wci[p + jj], wcf[p + jj], wco[p + jj]), unit,
                         )
-                        dgi[jj] = di
-                        dgc[jj] = dci
-                        dgf[jj] = df
-                        dgo[jj] = do
-                        dc_r[jj] = dc_prev
+                        dg_f[gi + jj] = di
+                        dg_f[gc + jj] = dci
+                        dg_f[gf + jj] = df
+                        dg_f[go + jj] = do
+                        dc_f[rd + jj] = dc_prev
                     if unit.use_peepholes:
                         # A loop of its own: fewer arrays per loop let LLVM vectorize both.
-                        for jj in range(uk):
-                            gi_[jj] += dgi[jj] * c_src[jj]
-                            gf_[jj] += dgf[jj] * c_src[jj]
-                            go_[jj] += dgo[jj] * cs_r[jj]
+                        for jj in range(U(uk)):
+                            wci_grad[p + jj] += dg_f[gi + jj] * c_src[rc + jj]
+                            wcf_grad[p + jj] += dg_f[gf + jj] * c_src[rc + jj]
+                            wco_grad[p + jj] += dg_f[go + jj] * cs_f[r + jj]
                 sync.count_done(done, t, num_chunks)
         sync.wait_for(done, t, num_chunks)
 
