@@ -476,6 +476,61 @@ def test_cells_with_the_ops_options_run_the_ops_kernels(dtype, batch, inputs, us
         np.testing.assert_array_equal(again[2]["kernel"], d_w["kernel"])
 
 
+@pytest.mark.parametrize("batch, inputs, lengths", [(1, 5, [3]), (1, 5, [0]), (4, 5, [6, 0, 3, 1]),
+                                                    (3, 300, [2, 6, 0])])
+@pytest.mark.parametrize("use_peepholes", [False, True])
+def test_cells_with_lengths_run_the_ops_kernels(monkeypatch, batch, inputs, lengths, use_peepholes):
+    """Per-example lengths on the fused ops' kernels: the state carried past each length, outputs zero there,
+    and the gradients of the carried state (the final state's included) reach each example's last step.
+
+    Against the float64 reference, finite differences, and the cell's own kernels (a clip too large to act
+    keeps the cell on them); ``run`` (inference) gives the bits of ``vjp``.
+    """
+    from nblstm.cpu import cell as cpu_cell
+
+    calls = []
+    fused_forward = cpu_cell.fused_forward
+    monkeypatch.setattr(cpu_cell, "fused_forward", lambda *a, **k: calls.append(1) or fused_forward(*a, **k))
+    rng = np.random.default_rng(23)
+    steps, units = 6, 7
+    lengths = np.array(lengths)
+    x = rng.standard_normal((steps, batch, inputs))
+    cell = LSTMCell(units, use_peepholes=use_peepholes, forget_bias=0.5, seed=4)
+    own = LSTMCell(units, use_peepholes=use_peepholes, forget_bias=0.5, seed=4, cell_clip=1e300)
+    state = random_state(rng, cell, batch)
+    (outputs, final), backward = cell.vjp(x, state, sequence_length=lengths)
+    assert calls, "the cell did not run on the fused ops' kernels"
+    r_out, r_c, r_h = ref.run(cell.get_weights(), x, state.c, state.h, lengths, **ref_options(cell))
+    for a, b in ((outputs, r_out), (final.c, r_c), (final.h, r_h)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    run_outputs, run_final = cell.run(x, state, sequence_length=lengths)
+    for a, b in ((run_outputs, outputs), (run_final.c, final.c), (run_final.h, final.h)):
+        np.testing.assert_array_equal(a, b)
+    d_out = rng.standard_normal(outputs.shape)
+    d_final = LSTMStateTuple(rng.standard_normal((batch, units)), rng.standard_normal((batch, units)))
+    d_x, d_state, d_w = backward(d_out, d_final)
+    calls.clear()
+    (_, _), own_backward = own.vjp(x, state, sequence_length=lengths)
+    assert not calls
+    o_x, o_state, o_w = own_backward(d_out, d_final)
+    for a, b in ((d_x, o_x), (d_state.c, o_state.c), (d_state.h, o_state.h), *((d_w[k], o_w[k]) for k in d_w)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+    def loss(x, c0, h0):
+        out, fin = cell.run(x, LSTMStateTuple(c0, h0), sequence_length=lengths)
+        return (out * d_out).sum() + (fin.c * d_final.c).sum() + (fin.h * d_final.h).sum()
+
+    eps = 1e-6
+    for name, array, grad in (("x", x, d_x), ("c0", state.c, d_state.c), ("h0", state.h, d_state.h)):
+        for index in ((0,) * array.ndim, tuple(n - 1 for n in array.shape)):
+            args = {"x": x, "c0": state.c, "h0": state.h}
+            plus, minus = array.copy(), array.copy()
+            plus[index] += eps
+            minus[index] -= eps
+            numeric = (loss(**{**args, name: plus}) - loss(**{**args, name: minus})) / (2 * eps)
+            np.testing.assert_allclose(grad[index], numeric, rtol=1e-6, atol=1e-8, err_msg=f"{name}{index}")
+
+
 # ----------------------------------------------------------------------------------------------------
 # dtypes
 # ----------------------------------------------------------------------------------------------------

@@ -785,8 +785,9 @@ def fused_forward_applies(options, has_proj, steps, lengths, schedule):
 
     It does where its options are the ops': no projection, tanh and
     sigmoid, no clip (the ops' backward passes the gradient through the
-    clip, the cell's gives it its true gradient), every example the whole
-    sequence in time order. The unit maths is the same; the ops' forward
+    clip, the cell's gives it its true gradient), the steps in time order
+    (per-example lengths included: the fused kernels carry the state past
+    an example's length, as the cell's do). The unit maths is the same; the ops' forward
     computes the input projection inside the steps
     (:func:`~nblstm.cpu.partition.fused_projection`), which the cell's does
     not (``run`` took 0.6-0.87x the cell kernel's time at batched shapes,
@@ -794,9 +795,8 @@ def fused_forward_applies(options, has_proj, steps, lengths, schedule):
     cells, compiled once. One step (``T = 1``) stays on the cell's kernels,
     whose bits the streaming step reproduces (:mod:`nblstm.cpu.step`).
     """
-    whole = lengths is None or lengths.size == 0 or int(np.min(lengths)) >= steps
     return (not has_proj and options.kernel_code() == 0 and options.cell_clip is None and schedule is None
-            and steps > 1 and whole)
+            and steps > 1)
 
 
 class FusedWeights:
@@ -923,9 +923,10 @@ def _fused_sequence_forward(x, c0, h0, lengths, options, weights, save):
     kernel_options = options.kernel_options(False, weights.use_peepholes)
     if not save and x.shape[1]:  # inference: the outputs and the last cell state only
         h, c_last = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0],
-                                  kernel_options, save=False)
+                                  kernel_options, save=False, lengths=lengths)
         return {**saved, "c": c_last[None], "h": h}
-    block = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0], kernel_options)
+    block = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0], kernel_options,
+                          lengths=lengths)
     # The ops' seven outputs, as their backward reads them; c and h for the state and the outputs.
     return {**saved, "block": block, "c": block[1], "h": block[6]}
 
@@ -934,18 +935,23 @@ def _fused_sequence_backward(saved, d_out, d_c, d_h):
     """:func:`sequence_backward` on the fused ops' backward kernel, after :func:`_fused_sequence_forward`.
 
     Without a clip the ops' straight-through clip gradient is the cell's
-    true one. The final state's gradients join the last step's.
+    true one. The final state's gradients join the last step's (and reach
+    each example's last step of its own through the carried state); the
+    outputs past an example's length are zero, so their gradients are not
+    read.
     """
-    weights, x, c0, h0 = saved["fused_weights"], saved["x"], saved["c0"], saved["h0"]
+    weights, x, c0, h0, lengths = saved["fused_weights"], saved["x"], saved["c0"], saved["h0"], saved["lengths"]
     dtype = weights.dtype
     h_grad = np.array(d_out, dtype, copy=True, order="C")
+    if lengths is not None and lengths.size and int(lengths.min()) < h_grad.shape[0]:
+        h_grad[np.arange(h_grad.shape[0])[:, None] >= lengths[None, :]] = 0
     cs_grad = np.zeros(h_grad.shape, dtype)
     if h_grad.shape[0]:
         h_grad[-1] += d_h
         cs_grad[-1] = d_c
     d_x, d_c0, d_h0, d_kernel, d_wi, d_wf, d_wo, d_bias = fused_backward(
         x, c0, h0, weights.kernel, *weights.peepholes, saved["block"], cs_grad, h_grad, x.shape[0],
-        OpOptions(use_peephole=weights.use_peepholes, layout="icfo"), weights.backward())
+        OpOptions(use_peephole=weights.use_peepholes, layout="icfo"), weights.backward(), lengths)
     d_weights = {"kernel": d_kernel, "bias": d_bias}
     if weights.use_peepholes:
         d_weights["w_i_diag"], d_weights["w_f_diag"], d_weights["w_o_diag"] = d_wi, d_wf, d_wo

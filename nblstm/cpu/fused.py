@@ -90,11 +90,13 @@ U = np.uint64
 # taken out of a record inside the loop cost their reference counting at
 # every step (0.15 us a step at B = 1, H = 32, measured).
 class Inputs(NamedTuple):
-    """The forward's inputs: ``x2d [S * B, I]`` (C-contiguous), ``cs_prev, h_prev [B, H]``."""
+    """The forward's inputs: ``x2d [S * B, I]`` (C-contiguous), ``cs_prev, h_prev [B, H]``, and ``lengths [B]``
+    int64, each example's steps (empty: every example has every step; :func:`forward_packed`)."""
 
     x2d: np.ndarray
     cs_prev: np.ndarray
     h_prev: np.ndarray
+    lengths: np.ndarray
 
 
 class PackedForward(NamedTuple):
@@ -209,7 +211,9 @@ def forward_kernel(inputs, weights, rows, parallel_projection, options, work, ou
     ----------
     inputs : Inputs
         ``x2d [S * B, I]``, the inputs of the ``S = seq_len_max`` steps;
-        ``cs_prev, h_prev [B, H]``, C-contiguous.
+        ``cs_prev, h_prev [B, H]``, C-contiguous; ``lengths`` (empty, or
+        example ``b`` runs steps ``0 .. lengths[b] - 1`` and carries its state
+        through the others).
     weights : PackedForward
     rows : [R + 1] int64 array
     parallel_projection : bool
@@ -257,7 +261,7 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
     does not need ``h_t``, while the other chunks finish. Workers past the
     last chunk only help with the input projection.
     """
-    x2d, cs_prev, h_prev = inputs
+    x2d, cs_prev, h_prev, lengths = inputs
     w_in, w_x, w_rec, bounds, col_off, blocks, fused, bias, peepholes = weights
     wci, wcf, wco = peepholes
     i_, cs_, f_, o_, ci_, co_, h_ = outs
@@ -280,6 +284,8 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
     num_chunks = bounds.shape[0] - 1
     if w >= num_chunks:
         return
+    full = lengths.shape[0] == 0
+    zero = unit.one - unit.one
     x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
     for t in range(steps):
         own_done = False
@@ -333,6 +339,18 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
                     c_src = cs_prev[b, u0:u1] if t == 0 else cs_[tp, b, u0:u1]
                     i_r, cs_r, f_r, o_r = i_[ti, b, u0:u1], cs_[tc, b, u0:u1], f_[ti, b, u0:u1], o_[ti, b, u0:u1]
                     ci_r, co_r, h_r = ci_[ti, b, u0:u1], co_[to, b, u0:u1], h_[t, b, u0:u1]
+                    if not full and t >= lengths[b]:
+                        # Past the example's length: the state carried unchanged, the gates zero.
+                        h_src = h_prev[b, u0:u1] if t == 0 else h_[t - 1, b, u0:u1]
+                        for jj in range(uk):
+                            i_r[jj] = zero
+                            ci_r[jj] = zero
+                            f_r[jj] = zero
+                            o_r[jj] = zero
+                            co_r[jj] = zero
+                            cs_r[jj] = c_src[jj]
+                            h_r[jj] = h_src[jj]
+                        continue
                     for jj in range(uk):
                         i, ci, f, o, cs, co, h = forward_unit(
                             gi[jj] + bi[jj], gc[jj] + bc[jj], gf[jj] + bf[jj], go[jj] + bo[jj], c_src[jj],
@@ -361,19 +379,25 @@ def backward_kernel(cs_prev, saved, incoming, weights, options, work, grads):
     cs_prev : [B, H] C-contiguous array
     saved : tuple of 6 [T, B, H] C-contiguous arrays
         Forward outputs ``i, cs, f, o, ci, co`` (trusted, not recomputed).
-    incoming : tuple of 2 [T, B, H] C-contiguous arrays
-        The incoming gradients ``cs_grad, h_grad``; steps ``>= S`` are not read.
+    incoming : tuple
+        The incoming gradients ``cs_grad, h_grad [T, B, H]`` (C-contiguous;
+        steps ``>= S`` are not read) and the forward's ``lengths [B]``
+        (:class:`Inputs`).
     weights : PackedBackward
     options : nblstm.options.KernelOptions
         Only ``use_peepholes`` is read.
     work : [B * col_off[K]] array
         Workspace of ``dgates @ w_h^T``.
     grads : tuple
-        Outputs ``(dgates, dc, peephole_grads)``: ``dgates [S, B, 4H]`` the
-        gradients of the gate pre-activations, caller's layout; ``dc [B, H]``,
-        zero on entry, the carried cell gradient, on exit ``cs_prev_grad``;
-        ``peephole_grads`` the tuple of the ``[H]`` gradients of ``wci, wcf,
-        wco``, zero on entry, accumulated.
+        Outputs ``(dgates, dc, peephole_grads, dh)``: ``dgates [S, B, 4H]``
+        the gradients of the gate pre-activations, caller's layout (zero past
+        an example's length); ``dc [B, H]``, zero on entry, the carried cell
+        gradient, on exit ``cs_prev_grad``; ``peephole_grads`` the tuple of
+        the ``[H]`` gradients of ``wci, wcf, wco``, zero on entry,
+        accumulated; ``dh [B, H]`` (with lengths, else empty), zero on entry,
+        the gradient of ``h`` carried back through the steps past an
+        example's length, on exit that of ``h_prev`` for the examples of
+        length 0.
     """
     num_chunks = len(weights.bounds) - 1
     steps, batch, gates = grads[0].shape
@@ -388,9 +412,9 @@ def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options,
     """Worker ``w``'s part of :func:`backward_kernel`: the steps' chunks it claims (:mod:`nblstm.cpu.sync`)."""
     # The records taken apart once, before the time loop (see forward_worker).
     i_, cs_, f_, o_, ci_, co_ = saved
-    cs_grad, h_grad = incoming
+    cs_grad, h_grad, lengths = incoming
     w_rec_t, bounds, col_off, blocks, (wci, wcf, wco) = weights
-    dgates, dc, (wci_grad, wcf_grad, wco_grad) = grads
+    dgates, dc, (wci_grad, wcf_grad, wco_grad), dh_carried = grads
     unit = unit_options(KernelOptions(*options), dgates.dtype.type(1.0), np.int64(0))
     batch, units = cs_prev.shape
     num_chunks = bounds.shape[0] - 1
@@ -401,6 +425,9 @@ def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options,
                                        ci_.reshape(-1), co_.reshape(-1))
     cg_f, hg_f, dg_f, dc_f, c0_f = cs_grad.reshape(-1), h_grad.reshape(-1), dgates.reshape(-1), dc.reshape(-1), (
         cs_prev.reshape(-1))
+    carried = dh_carried.reshape(-1)
+    full = lengths.shape[0] == 0
+    zero = unit.one - unit.one
     for t in range(steps - 1, -1, -1):
         for j in range(num_chunks):
             k = sync.claimed(claims, done, t, w, num_chunks, np.bool_(False), j)
@@ -426,6 +453,21 @@ def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options,
                     gf, go = g + U(blocks[2] * units + u0), g + U(blocks[3] * units + u0)
                     r, rd = U((t * batch + b) * units + u0), U(b * units + u0)
                     rc = rd if t == 0 else U(((t - 1) * batch + b) * units + u0)
+                    if not full:
+                        length = lengths[b]
+                        if t >= length:
+                            # Past the example's length the state was carried: so are its gradients.
+                            for jj in range(U(uk)):
+                                carried[rd + jj] = hg_f[r + jj] + carried[rd + jj]
+                                dc_f[rd + jj] = cg_f[r + jj] + dc_f[rd + jj]
+                                dg_f[gi + jj] = zero
+                                dg_f[gc + jj] = zero
+                                dg_f[gf + jj] = zero
+                                dg_f[go + jj] = zero
+                            continue
+                        if t + 1 == length and length < steps:  # the last step of the example's own
+                            for jj in range(U(uk)):
+                                work[dh + jj] += carried[rd + jj]
                     for jj in range(U(uk)):
                         di, dci, df, do, dc_prev = backward_unit(
                             hg_f[r + jj] + work[dh + jj], cg_f[r + jj] + dc_f[rd + jj], i_f[r + jj], ci_f[r + jj],
@@ -598,13 +640,16 @@ def forward(x, cs_prev, h_prev, w, b, wci, wcf, wco, seq_len_max, options):
                           options.kernel_options(x.dtype.type))
 
 
-def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, save=True):
+def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, save=True, lengths=None):
     """:func:`forward` on packed weights (:class:`ForwardWeights` for ``B`` rows).
 
     Also :class:`nblstm.LSTMCell`'s forward where its options are the fused
     ops' (:func:`nblstm.cpu.cell.sequence_forward`). ``peepholes`` is
     ``(wci, wcf, wco)``, ``options`` the kernels' record
-    (:class:`nblstm.options.KernelOptions`).
+    (:class:`nblstm.options.KernelOptions`). ``lengths [B]`` (int64, the
+    cell's): example ``b`` runs its first ``lengths[b]`` steps and carries
+    its state through the others, whose gates ``i, f, o, ci`` and ``co``
+    are zero, ``cs`` and ``h`` the carried state (default: every step).
 
     Returns
     -------
@@ -625,7 +670,8 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
         buf = pool.empty((steps + 3 + 4 * n, batch, units), dtype)
         h, ring, co = buf[:steps], buf[steps:steps + 2], buf[steps + 2:steps + 3]
         i_, f_, o_, ci_ = (buf[steps + 3 + g * n:steps + 3 + (g + 1) * n] for g in range(4))
-        _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, steps, options, (i_, ring, f_, o_, ci_, co, h))
+        _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, steps, options, (i_, ring, f_, o_, ci_, co, h),
+                       lengths)
         return h, ring[(steps - 1) % 2]
     # One allocation for the seven outputs: at 4 MiB and more NumPy asks for
     # transparent huge pages, and glibc raises its trim threshold to the
@@ -636,11 +682,22 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
     block[:, seq_len_max:] = 0
     if seq_len_max == 0 or batch == 0:
         return block
-    _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, tuple(block))
+    _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, tuple(block), lengths)
     return block
 
 
-def _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, outs):
+#: The kernels' lengths where every example has every step.
+_WHOLE = np.empty(0, np.int64)
+
+
+def _lengths(lengths, steps):
+    """The kernels' ``lengths``: :data:`_WHOLE` where every example has all ``steps`` (no check in the loop)."""
+    if lengths is None or lengths.size == 0 or int(lengths.min()) >= steps:
+        return _WHOLE
+    return np.ascontiguousarray(lengths, np.int64)
+
+
+def _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, outs, lengths):
     """:func:`forward_kernel` on the first ``seq_len_max > 0`` steps of ``x``, ``B > 0`` rows, into ``outs``."""
     batch, inputs = x.shape[1:]
     units = cs_prev.shape[1]
@@ -650,8 +707,8 @@ def _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
     c = np.ascontiguousarray
     projection = (split(rows, 1), False) if weights.fused else row_blocks(rows, inputs * 4 * units)
     with kernel_section():
-        forward_kernel(Inputs(x2d, c(cs_prev), c(h_prev)), weights.record(b, peepholes), *projection, options, work,
-                       outs)
+        forward_kernel(Inputs(x2d, c(cs_prev), c(h_prev), _lengths(lengths, seq_len_max)),
+                       weights.record(b, peepholes), *projection, options, work, outs)
 
 
 class BackwardWeights:
@@ -688,7 +745,7 @@ class BackwardWeights:
 
 
 def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w_rec, use_peephole, layout,
-                       dgates=None, packed_t=None):
+                       dgates=None, packed_t=None, lengths=None, dh_carried=None):
     """The time loop of the backward pass: gate gradients and the cell carry.
 
     Callers run it inside :class:`~nblstm.cpu.blas.kernel_section`.
@@ -710,6 +767,10 @@ def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len
         Where to write the gate gradients (a new array by default).
     packed_t : BackwardWeights, optional
         ``w_rec`` packed for ``B`` rows (packed here by default).
+    lengths : [B] int64 array, optional
+        The forward's (:func:`forward_packed`), with ``dh_carried``: a zero
+        ``[B, H]`` array that gets the gradient of ``h_prev`` carried past
+        the steps of the examples of length 0 (:func:`backward_kernel`).
 
     Returns
     -------
@@ -728,12 +789,17 @@ def backward_recurrent(cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len
     work = pool.aligned(batch * int(packed_t.col_off[-1]), dtype)
     c = np.ascontiguousarray
     options = OpOptions(use_peephole=bool(use_peephole)).kernel_options(dtype.type)
-    backward_kernel(c(cs_prev), tuple(c(a) for a in outputs[:6]), (c(cs_grad), c(h_grad)),
-                    packed_t.record(layout, (wci, wcf, wco)), options, work, (dgates, dc, tuple(peephole_grads)))
+    lengths = _lengths(lengths, seq_len_max)
+    if not lengths.size:
+        dh_carried = np.empty((0, 0), dtype)
+    backward_kernel(c(cs_prev), tuple(c(a) for a in outputs[:6]), (c(cs_grad), c(h_grad), lengths),
+                    packed_t.record(layout, (wci, wcf, wco)), options, work,
+                    (dgates, dc, tuple(peephole_grads), dh_carried))
     return (dgates, dc, *peephole_grads)
 
 
-def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, options, packed_t=None):
+def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, options, packed_t=None,
+             lengths=None):
     """Whole-sequence backward on validated float32/float64 NumPy arrays.
 
     Parameters
@@ -750,6 +816,10 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
         ``use_peephole`` and ``layout`` are read.
     packed_t : BackwardWeights, optional
         ``w[I:]`` packed for ``B`` rows (:func:`backward_recurrent`).
+    lengths : [B] int64 array, optional
+        The forward's (:func:`forward_packed`); the gradients of the steps
+        past an example's length are those of the carried state, and
+        ``cs_grad, h_grad`` there reach the last step of its own.
 
     Returns
     -------
@@ -777,11 +847,16 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
     c = np.ascontiguousarray
     w = c(w)
     h2d = c(outputs[6]).reshape(steps * batch, units)
+    lengths = _lengths(lengths, seq_len_max)
+    dh_carried = np.zeros((batch, units), dtype) if lengths.size else None
     with kernel_section():
         dg, dc, wci_grad, wcf_grad, wco_grad = backward_recurrent(
             cs_prev, wci, wcf, wco, outputs, cs_grad, h_grad, seq_len_max, w[inputs:], options.use_peephole,
-            options.layout,
-            _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype), packed_t)
+            options.layout, _scratch.get("dgates", (seq_len_max, batch, 4 * units), dtype), packed_t, lengths,
+            dh_carried)
         weight_grads_kernel(c(x[:seq_len_max].reshape(rows, inputs)), h2d, c(h_prev), dg.reshape(rows, 4 * units),
                             w, (x_rows, w_rows, col_blocks), x_grad2d, w_grad, b_grad, h_prev_grad)
+    if lengths.size:  # an example of length 0 carries h_prev to the end (its gate gradients are zero)
+        empty = lengths == 0
+        h_prev_grad[empty] += dh_carried[empty]
     return (x_grad, dc, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad)
