@@ -478,10 +478,13 @@ def test_cells_with_the_ops_options_run_the_ops_kernels(dtype, batch, inputs, us
 
 @pytest.mark.parametrize("batch, inputs, lengths", [(1, 5, [3]), (1, 5, [0]), (4, 5, [6, 0, 3, 1]),
                                                     (3, 300, [2, 6, 0])])
+@pytest.mark.parametrize("order", ["lengths", "reverse", "mask", "mask reverse"])
 @pytest.mark.parametrize("use_peepholes", [False, True])
-def test_cells_with_lengths_run_the_ops_kernels(monkeypatch, batch, inputs, lengths, use_peepholes):
-    """Per-example lengths on the fused ops' kernels: the state carried past each length, outputs zero there,
-    and the gradients of the carried state (the final state's included) reach each example's last step.
+def test_cells_with_lengths_run_the_ops_kernels(monkeypatch, batch, inputs, lengths, order, use_peepholes):
+    """Per-example lengths, reversal and masks on the fused ops' kernels: the state carried past each length
+    (or through each masked time), outputs zero there (or repeated), and the gradients of the carried state
+    (the final state's included) reach each example's last step; with a schedule the steps read the inputs
+    in step order.
 
     Against the float64 reference, finite differences, and the cell's own kernels (a clip too large to act
     keeps the cell on them); ``run`` (inference) gives the bits of ``vjp``.
@@ -498,26 +501,33 @@ def test_cells_with_lengths_run_the_ops_kernels(monkeypatch, batch, inputs, leng
     cell = LSTMCell(units, use_peepholes=use_peepholes, forget_bias=0.5, seed=4)
     own = LSTMCell(units, use_peepholes=use_peepholes, forget_bias=0.5, seed=4, cell_clip=1e300)
     state = random_state(rng, cell, batch)
-    (outputs, final), backward = cell.vjp(x, state, sequence_length=lengths)
+    if "mask" in order:  # the lengths' pattern with time 1 flipped: holes, and examples starting masked
+        mask = np.arange(steps)[None, :] < lengths[:, None]
+        mask[:, 1] = ~mask[:, 1]
+        given = {"mask": mask, "reverse": "reverse" in order}
+    else:
+        given = {"sequence_length": lengths, "reverse": order == "reverse"}
+    (outputs, final), backward = cell.vjp(x, state, **given)
     assert calls, "the cell did not run on the fused ops' kernels"
-    r_out, r_c, r_h = ref.run(cell.get_weights(), x, state.c, state.h, lengths, **ref_options(cell))
+    r_out, r_c, r_h = ref.run(cell.get_weights(), x, state.c, state.h, given.get("sequence_length"),
+                              given.get("mask"), given["reverse"], **ref_options(cell))
     for a, b in ((outputs, r_out), (final.c, r_c), (final.h, r_h)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
-    run_outputs, run_final = cell.run(x, state, sequence_length=lengths)
+    run_outputs, run_final = cell.run(x, state, **given)
     for a, b in ((run_outputs, outputs), (run_final.c, final.c), (run_final.h, final.h)):
         np.testing.assert_array_equal(a, b)
     d_out = rng.standard_normal(outputs.shape)
     d_final = LSTMStateTuple(rng.standard_normal((batch, units)), rng.standard_normal((batch, units)))
     d_x, d_state, d_w = backward(d_out, d_final)
     calls.clear()
-    (_, _), own_backward = own.vjp(x, state, sequence_length=lengths)
+    (_, _), own_backward = own.vjp(x, state, **given)
     assert not calls
     o_x, o_state, o_w = own_backward(d_out, d_final)
     for a, b in ((d_x, o_x), (d_state.c, o_state.c), (d_state.h, o_state.h), *((d_w[k], o_w[k]) for k in d_w)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
     def loss(x, c0, h0):
-        out, fin = cell.run(x, LSTMStateTuple(c0, h0), sequence_length=lengths)
+        out, fin = cell.run(x, LSTMStateTuple(c0, h0), **given)
         return (out * d_out).sum() + (fin.c * d_final.c).sum() + (fin.h * d_final.h).sum()
 
     eps = 1e-6

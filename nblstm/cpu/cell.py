@@ -785,9 +785,10 @@ def fused_forward_applies(options, has_proj, steps, lengths, schedule):
 
     It does where its options are the ops': no projection, tanh and
     sigmoid, no clip (the ops' backward passes the gradient through the
-    clip, the cell's gives it its true gradient), the steps in time order
-    (per-example lengths included: the fused kernels carry the state past
-    an example's length, as the cell's do). The unit maths is the same; the ops' forward
+    clip, the cell's gives it its true gradient). Per-example lengths
+    included: the fused kernels carry the state past an example's length,
+    as the cell's do; and any schedule (reversal, masks), whose steps read
+    the inputs gathered into step order. The unit maths is the same; the ops' forward
     computes the input projection inside the steps
     (:func:`~nblstm.cpu.partition.fused_projection`), which the cell's does
     not (``run`` took 0.6-0.87x the cell kernel's time at batched shapes,
@@ -795,8 +796,7 @@ def fused_forward_applies(options, has_proj, steps, lengths, schedule):
     cells, compiled once. One step (``T = 1``) stays on the cell's kernels,
     whose bits the streaming step reproduces (:mod:`nblstm.cpu.step`).
     """
-    return (not has_proj and options.kernel_code() == 0 and options.cell_clip is None and schedule is None
-            and steps > 1)
+    return not has_proj and options.kernel_code() == 0 and options.cell_clip is None and steps > 1
 
 
 class FusedWeights:
@@ -864,7 +864,7 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     """
     steps, batch, inputs = x.shape
     if fused_weights is not None:
-        return _fused_sequence_forward(x, c0, h0, lengths, options, fused_weights, save)
+        return _fused_sequence_forward(x, c0, h0, lengths, options, fused_weights, save, schedule)
     units, depth, dtype = packed.units, packed.depth, packed.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
@@ -913,12 +913,21 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     return saved
 
 
-def _fused_sequence_forward(x, c0, h0, lengths, options, weights, save):
-    """:func:`sequence_forward` on the fused ops' forward kernel (:func:`fused_forward_applies`)."""
+def _fused_sequence_forward(x, c0, h0, lengths, options, weights, save, schedule):
+    """:func:`sequence_forward` on the fused ops' forward kernel (:func:`fused_forward_applies`).
+
+    With a schedule the steps read the inputs gathered into step order
+    (``saved["x"]``, which the backward reads), ``lengths`` its counts.
+    """
     dtype = weights.dtype
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
-    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": None,
+    if schedule is not None and x.size:
+        x_steps = pool.aligned(x.shape, dtype)
+        with kernel_section():
+            regroup.gather(x, schedule.time_of, x_steps)
+        x = x_steps
+    saved = {"x": x, "c0": c0, "h0": h0, "lengths": lengths, "options": options, "schedule": schedule,
              "fused_weights": weights, "save": save}
     kernel_options = options.kernel_options(False, weights.use_peepholes)
     if not save and x.shape[1]:  # inference: the outputs and the last cell state only
@@ -938,11 +947,19 @@ def _fused_sequence_backward(saved, d_out, d_c, d_h):
     true one. The final state's gradients join the last step's (and reach
     each example's last step of its own through the carried state); the
     outputs past an example's length are zero, so their gradients are not
-    read.
+    read. With a schedule the output gradients are summed into step order
+    and the inputs' come back in time order.
     """
     weights, x, c0, h0, lengths = saved["fused_weights"], saved["x"], saved["c0"], saved["h0"], saved["lengths"]
+    schedule = saved["schedule"]
     dtype = weights.dtype
-    h_grad = np.array(d_out, dtype, copy=True, order="C")
+    if schedule is not None:  # the output gradients in step order (summed where outputs repeat)
+        h_grad = np.zeros(d_out.shape, dtype)
+        if h_grad.size:
+            with kernel_section():
+                regroup.scatter_add(np.ascontiguousarray(d_out, dtype), schedule.output_of, h_grad)
+    else:
+        h_grad = np.array(d_out, dtype, copy=True, order="C")
     if lengths is not None and lengths.size and int(lengths.min()) < h_grad.shape[0]:
         h_grad[np.arange(h_grad.shape[0])[:, None] >= lengths[None, :]] = 0
     cs_grad = np.zeros(h_grad.shape, dtype)
@@ -952,6 +969,10 @@ def _fused_sequence_backward(saved, d_out, d_c, d_h):
     d_x, d_c0, d_h0, d_kernel, d_wi, d_wf, d_wo, d_bias = fused_backward(
         x, c0, h0, weights.kernel, *weights.peepholes, saved["block"], cs_grad, h_grad, x.shape[0],
         OpOptions(use_peephole=weights.use_peepholes, layout="icfo"), weights.backward(), lengths)
+    if schedule is not None and d_x.size:  # the inputs' gradients back in time order
+        d_x_steps, d_x = d_x, np.empty(d_x.shape, dtype)
+        with kernel_section():
+            regroup.gather(d_x_steps, schedule.step_of, d_x)
     d_weights = {"kernel": d_kernel, "bias": d_bias}
     if weights.use_peepholes:
         d_weights["w_i_diag"], d_weights["w_f_diag"], d_weights["w_o_diag"] = d_wi, d_wf, d_wo
