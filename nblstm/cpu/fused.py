@@ -211,19 +211,14 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
     zero = cs_.dtype.type(0.0)
     for b in range(lengths.shape[0]):
         if t >= lengths[b]:
-            c_src = cs_prev[b, u0:u1] if t == 0 else cs_[tp, b, u0:u1]
-            h_src = h_prev[b, u0:u1] if t == 0 else h_[t - 1, b, u0:u1]
-            i_r, f_r, o_r = i_[ti, b, u0:u1], f_[ti, b, u0:u1], o_[ti, b, u0:u1]
-            ci_r, co_r = ci_[ti, b, u0:u1], co_[to, b, u0:u1]
-            cs_r, h_r = cs_[tc, b, u0:u1], h_[t, b, u0:u1]
-            for jj in range(u1 - u0):
-                i_r[jj] = zero
-                ci_r[jj] = zero
-                f_r[jj] = zero
-                o_r[jj] = zero
-                co_r[jj] = zero
-                cs_r[jj] = c_src[jj]
-                h_r[jj] = h_src[jj]
+            for u in range(u0, u1):  # indexed, not sliced: this cold path compiles small
+                i_[ti, b, u] = zero
+                ci_[ti, b, u] = zero
+                f_[ti, b, u] = zero
+                o_[ti, b, u] = zero
+                co_[to, b, u] = zero
+                cs_[tc, b, u] = cs_prev[b, u] if t == 0 else cs_[tp, b, u]
+                h_[t, b, u] = h_prev[b, u] if t == 0 else h_[t - 1, b, u]
 
 
 def forward_kernel(inputs, weights, rows, parallel_projection, options, work, outs):
