@@ -90,6 +90,21 @@ def test_cell_run_and_vjp(x):
     assert_flat(call, 2000)
 
 
+def test_cell_on_the_fused_kernels_with_lengths_and_schedules(x):
+    """The ops' options: lengths, and a reversed masked direction, run on the fused ops' kernels."""
+    cell = nblstm.LSTMCell(H, seed=0)
+    mask = np.arange(x.shape[0])[None, :] < LENGTHS[:, None]
+
+    def call():
+        cell.run(x, sequence_length=LENGTHS)
+        (outputs, _), backward = cell.vjp(x, sequence_length=LENGTHS)
+        backward(np.ones_like(outputs), None)
+        (outputs, _), backward = cell.vjp(x, mask=mask, reverse=True)
+        backward(np.ones_like(outputs), None)
+
+    assert_flat(call, 2000)
+
+
 def test_layer_call_and_vjp(x):
     layer = nblstm.LSTM(I, H, num_layers=2, bidirectional=True, proj_size=P, seed=0)
 
