@@ -67,7 +67,7 @@ from .fused import BackwardWeights, ForwardWeights
 from .fused import backward as fused_backward
 from .fused import forward_packed as fused_forward
 from .fused import weight_grads_block as fused_weight_grads_block
-from .gemm import address, dot, gemm
+from .gemm import address, gemm, rows_product
 from .pack import pack_chunks
 from .partition import MIN_PARALLEL_PACK, block_bounds, call_threads, cell_chunk_bounds, column_offsets, row_bounds
 
@@ -330,8 +330,7 @@ def _forward_proj(t, k, inputs, weights, proj_clip, proj_clip_on, work, saved):
     pk = p1 - p0
     wk = weights.w_proj[units * p0:units * p1].reshape((units, pk))
     gk = work[batch * p0:batch * p1].reshape((batch, pk))
-    dot((batch, pk, units, units, pk, pk, 0, work.itemsize), address(r_, (t % r_.shape[0]) * batch * units),
-        address(wk, 0), address(gk, 0))  # r_t @ wk
+    rows_product(r_[t % r_.shape[0]], wk, gk, 0, batch)
     for b in range(batch):
         g = gk[b]
         raw_r, h_r = h_raw_[t % h_raw_.shape[0], b, p0:p1], h_[t, b, p0:p1]
@@ -385,12 +384,7 @@ def projection_worker(w, claims, done, x2d, w_x, rows, pre2d):
     for j in range(rows.shape[0] - 1):
         r = sync.claimed(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False), j)
         if r >= 0:
-            r0, r1 = rows[r], rows[r + 1]
-            inputs, gates = w_x.shape
-            if inputs == 0:  # an empty sum
-                pre2d[r0:r1] = 0
-            dot((r1 - r0, gates, inputs, inputs, gates, gates, 0, x2d.itemsize), address(x2d, r0 * inputs),
-                address(w_x, 0), address(pre2d, r0 * gates))  # x2d[r0:r1] @ w_x
+            rows_product(x2d, w_x, pre2d, rows[r], rows[r + 1])
             sync.count_done(done, np.int64(0), rows.shape[0] - 1)
 
 
@@ -540,8 +534,7 @@ def _backward_units(t, k, inputs, weights, options, saved, work, grads):
     drk = work[batch * u0:batch * u1].reshape((batch, uk))
     if options.has_proj:
         wk = weights.w_proj_t[depth * u0:depth * u1].reshape((depth, uk))
-        dot((batch, uk, depth, depth, uk, uk, 0, work.itemsize), address(dh_raw, t * batch * depth),
-            address(wk, 0), address(drk, 0))  # dh_raw[t] @ wk
+        rows_product(dh_raw[t], wk, drk, 0, batch)
     else:
         for b in range(batch):
             src = dh_raw[t, b]
@@ -779,7 +772,7 @@ class PackedWeights:
         return options.kernel_options(self.has_proj, self.use_peepholes)
 
 
-def fused_forward_applies(options, has_proj, steps, lengths, schedule):
+def fused_forward_applies(options, has_proj, steps):
     """Whether the cell runs on the fused ops' kernels, forward (:func:`nblstm.cpu.fused.forward_packed`) and
     backward (:func:`nblstm.cpu.fused.backward`).
 

@@ -60,7 +60,7 @@ from ..options import KernelOptions, OpOptions
 from ..spec import backward_unit, forward_unit, unit_options
 from . import microkernel, pool, sync, threads
 from .blas import kernel_section
-from .gemm import address, dot, gemm
+from .gemm import address, dot, gemm, rows_product
 from .pack import gate_weights, pack_chunks, pack_recurrent
 from .partition import (
     MIN_PARALLEL_PACK,
@@ -171,13 +171,7 @@ _scratch = _Scratch()
 def _input_projection(x2d, w_in, pre, rows, task):
     """Task ``task = 4 r + g`` of the input projection: ``pre[g][rows_r] = x2d[rows_r] @ w_in[g]``."""
     g = task % 4
-    r0, r1 = rows[task // 4], rows[task // 4 + 1]
-    inputs, units = w_in.shape[1], w_in.shape[2]
-    out = pre[g]
-    if inputs == 0:  # an empty sum
-        out[r0:r1] = 0
-    dot((r1 - r0, units, inputs, inputs, units, units, 0, x2d.itemsize), address(x2d, r0 * inputs),
-        address(w_in, g * inputs * units), address(out, r0 * units))
+    rows_product(x2d, w_in[g], pre[g], rows[task // 4], rows[task // 4 + 1])
 
 
 @njit(inline="always", **KERNEL)

@@ -19,7 +19,7 @@ from numba import njit, types
 
 from .._jit import CALLEE
 
-__all__ = ["address", "dot", "gemm"]
+__all__ = ["address", "dot", "gemm", "rows_product"]
 
 # numba's BLAS entry points (what its np.dot calls), their pointers declared as
 # integers (the same registers on every ABI numba supports).
@@ -78,6 +78,16 @@ def dot(dims, a, b, c):
     m, n, k, lda, ldb, ldc, trans_b, itemsize = dims
     _product((i(m), i(n), i(k), i(lda), i(ldb), i(ldc), i(0), i(trans_b), i(0), i(itemsize), i(1)), i(a), i(b),
              i(c))
+
+
+@njit(inline="always")
+def rows_product(a, b, out, r0, r1):
+    """``out[r0:r1] = a[r0:r1] @ b`` as numba's ``np.dot`` computes it (:func:`dot`), for C-contiguous 2-D
+    ``a [M, K]``, ``b [K, N]`` and ``out [M, N]``; an empty sum (``K = 0``) is zero."""
+    k, n = b.shape
+    if k == 0:
+        out[r0:r1] = 0
+    dot((r1 - r0, n, k, k, n, n, 0, out.itemsize), address(a, r0 * k), address(b, 0), address(out, r0 * n))
 
 
 @njit(**CALLEE)

@@ -14,7 +14,7 @@ The arithmetic is the cell's (:mod:`nblstm.cpu.cell`), operation for
 operation, so that a step gives the bits of ``cell(x_t, state)``:
 
 - the input projection ``x_t @ kernel[:I]`` is the same BLAS calls
-  (:func:`~nblstm.cpu.gemm.gemm`) on the same operands, in the cell's
+  (:func:`~nblstm.cpu.gemm.rows_product`) on the same operands, in the cell's
   row blocks (:func:`~nblstm.cpu.partition.row_bounds`): a block of one row
   is a matrix-vector product, whose rounding differs in the last bits from
   that of a product of several rows (and from the micro-kernel's);
@@ -58,7 +58,7 @@ from ..spec import UnitOptions, clip_value
 from . import half, microkernel, pool
 from .blas import kernel_section, single_threaded_blas
 from .cell import forward_row
-from .gemm import address, dot
+from .gemm import rows_product
 from .pack import pack_chunks
 from .partition import cell_chunk_bounds, row_bounds
 
@@ -139,12 +139,8 @@ def step_kernel(x, f, m):
     w_x = f[m[_W_X] : m[_W_X] + inputs * four].reshape((inputs, four))
     pre = f[m[_PRE] : m[_PRE] + batch * four].reshape((batch, four))
     rows = m[_ROWS : _ROWS + m[_ROW_BLOCKS] + 1]
-    if inputs == 0:  # an empty sum
-        pre[:] = 0
-    for r in range(m[_ROW_BLOCKS]):  # x[r0:r1] @ w_x
-        r0, r1 = rows[r], rows[r + 1]
-        dot((r1 - r0, four, inputs, inputs, four, four, 0, f.itemsize), address(x, r0 * inputs),
-            address(w_x, 0), address(pre, r0 * four))
+    for r in range(m[_ROW_BLOCKS]):
+        rows_product(x, w_x, pre, rows[r], rows[r + 1])
     # The recurrent product on the micro-kernel's panels, from the previous h.
     microkernel.gemm_panels(
         f, m[_H_STATE], depth, batch, f, m[_W_REC], depth, width // microkernel.panel_width_of(f), f, m[_WORK], width
@@ -170,7 +166,7 @@ def step_kernel(x, f, m):
             pk = p1 - p0
             wk = f[m[_W_PROJ] + units * p0 : m[_W_PROJ] + units * p1].reshape((units, pk))
             gk = f[m[_H_RAW] + batch * p0 : m[_H_RAW] + batch * p1].reshape((batch, pk))
-            dot((batch, pk, units, units, pk, pk, 0, f.itemsize), address(r, 0), address(wk, 0), address(gk, 0))
+            rows_product(r, wk, gk, 0, batch)
             for b in range(batch):
                 g = gk[b]
                 h_r = f[m[_H_STATE] + b * depth + p0 : m[_H_STATE] + b * depth + p1]

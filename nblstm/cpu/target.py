@@ -143,7 +143,7 @@ class CpuTarget:
         steps, batch, input_depth = x.shape
         if schedule is not None:
             lengths = schedule.counts
-        on_fused = cell.fused_forward_applies(options, "projection/kernel" in weights, steps, lengths, schedule)
+        on_fused = cell.fused_forward_applies(options, "projection/kernel" in weights, steps)
         packed = None if on_fused else _packed_weights(weights, cache, ct, input_depth, batch)
         fused_weights = _fused_weights(weights, cache, ct, batch) if on_fused else None
         units = weights["bias"].shape[0] // 4
