@@ -24,6 +24,7 @@ compiled model is compiled as usual.
 """
 
 import math
+import os
 
 import numpy as np
 
@@ -34,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('nblstm.torch needs PyTorch (pip install torch, or the torch extra)') from exc
 
 from .convert import SWAP_CF_BLOCKS, icfo_to_ifco, ifco_to_icfo
+from .cpu import threads
 from .cpu.pack import copy_transposed
 from .layer import lstm as _layer
 
@@ -41,6 +43,12 @@ __all__ = ["LSTM"]
 
 # The parameters' dtypes the kernels compute in, and the layer's dtype for each.
 _DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+
+#: PyTorch's OpenMP runtime, whose threads run the kernels' workers in the module's calls on the CPU
+#: (:class:`nblstm.cpu.threads.OpenMPTeam`: after each PyTorch operation its threads spin for milliseconds,
+#: and nblstm's own would compete with them for the cores), or ``None`` where it is not found.
+_TEAM = threads.OpenMPTeam.loaded(os.path.dirname(torch.__file__))
+
 
 def _host(t):
     """A tensor as an array the kernels read: a NumPy view of a CPU tensor, the tensor itself on a GPU."""
@@ -124,18 +132,20 @@ class _Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, module, x, h0, c0, lengths, *params):
-        layer = module._layer_with(params)
-        hx = None if h0 is None else (_host(h0), _host(c0))
-        (out, (h_n, c_n)), backward = layer.vjp(_host(x), hx, sequence_length=lengths,
-                                                training=module.training)
+        with threads.on_team(_TEAM):
+            layer = module._layer_with(params)
+            hx = None if h0 is None else (_host(h0), _host(c0))
+            (out, (h_n, c_n)), backward = layer.vjp(_host(x), hx, sequence_length=lengths,
+                                                    training=module.training)
         ctx.backward, ctx.module, ctx.like, ctx.has_state = backward, module, x, h0 is not None
         return _tensor(out, x), _tensor(h_n, x), _tensor(c_n, x)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_h_n, d_c_n):
-        d_x, (d_h0, d_c0), d_w = ctx.backward(_host(d_out), (_host(d_h_n), _host(d_c_n)))
-        grads = ctx.module._parameter_grads(d_w, ctx.like)
+        with threads.on_team(_TEAM):
+            d_x, (d_h0, d_c0), d_w = ctx.backward(_host(d_out), (_host(d_h_n), _host(d_c_n)))
+            grads = ctx.module._parameter_grads(d_w, ctx.like)
         d_h0, d_c0 = (_tensor(d_h0, ctx.like), _tensor(d_c0, ctx.like)) if ctx.has_state else (None, None)
         return (None, _tensor(d_x, ctx.like), d_h0, d_c0, None, *grads)
 
@@ -151,9 +161,10 @@ def _apply(*args):
 def _infer(module, x, h0, c0, lengths, *params):
     """The forward alone, where no gradient is asked (outside TorchDynamo's tracing, as :func:`_apply`): the
     layer's inference call, which keeps only what it returns (:meth:`nblstm.LSTM.__call__`)."""
-    layer = module._layer_with(params, reuse=True)
-    hx = None if h0 is None else (_host(h0), _host(c0))
-    out, (h_n, c_n) = layer(_host(x), hx, sequence_length=lengths, training=module.training)
+    with threads.on_team(_TEAM):
+        layer = module._layer_with(params, reuse=True)
+        hx = None if h0 is None else (_host(h0), _host(c0))
+        out, (h_n, c_n) = layer(_host(x), hx, sequence_length=lengths, training=module.training)
     return _tensor(out, x), _tensor(h_n, x), _tensor(c_n, x)
 
 

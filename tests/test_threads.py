@@ -319,3 +319,88 @@ def test_worker_pool_in_a_forked_child():
             os._exit(status)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# -- the workers on an OpenMP runtime's team (nblstm.cpu.threads.OpenMPTeam, as nblstm.torch runs them) -----------
+
+
+@pytest.fixture(scope="module")
+def gomp_team():
+    """The system's libgomp, loaded here, as a team (nblstm.torch uses PyTorch's copy the same way)."""
+    import ctypes.util
+
+    name = ctypes.util.find_library("gomp")
+    if name is None or not os.path.exists("/proc/self/maps"):
+        pytest.skip("no libgomp on this machine, or no /proc/self/maps")
+    lib = ctypes.CDLL(name)  # noqa: F841 - kept loaded for the module's tests
+    with open("/proc/self/maps") as maps:
+        found = [line.split()[-1] for line in maps if "libgomp" in line.rsplit("/", 1)[-1]]
+    team = threads.OpenMPTeam.loaded(os.path.dirname(found[0]))
+    assert team is not None and "libgomp" in team.path
+    yield team
+    del lib
+
+
+def test_openmp_team_runs_each_worker_once_on_its_threads(gomp_team):
+    seen = []
+    lock = threading.Lock()
+
+    def worker(w, tag):
+        with lock:
+            seen.append((w, tag, threading.get_native_id()))
+
+    gomp_team.run(worker, ("x",), 3)
+    assert sorted(w for w, _, _ in seen) == [0, 1, 2] and {t for _, t, _ in seen} == {"x"}
+    assert len({tid for _, _, tid in seen}) == 3, "three workers on three threads"
+    assert threading.get_native_id() in {tid for _, _, tid in seen}, "the calling thread is one of the team"
+
+
+def test_openmp_team_hands_a_worker_error_to_the_caller(gomp_team):
+    def worker(w):
+        if w == 1:
+            raise ValueError("worker 1 failed")
+
+    with pytest.raises(ValueError, match="worker 1 failed"):
+        gomp_team.run(worker, (), 2)
+    gomp_team.run(lambda w: None, (), 2)  # usable afterwards
+
+
+def test_openmp_team_smaller_than_asked_runs_every_worker(gomp_team, monkeypatch):
+    """A runtime may give a team of fewer threads than asked: each thread then takes several workers."""
+    monkeypatch.setattr(gomp_team, "_parallel", lambda callback, key, workers, flags: callback(key))  # one thread
+    monkeypatch.setattr(gomp_team, "_num_threads", lambda: 1)
+    monkeypatch.setattr(gomp_team, "_thread_num", lambda: 0)
+    seen = []
+    gomp_team.run(lambda w: seen.append(w), (), 4)
+    assert seen == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j[0] == "sequence" or j[1] == CHUNKED], ids=str)
+def test_kernels_on_an_openmp_team_give_the_pool_s_bits(gomp_team, job, monkeypatch):
+    expected = run_job(job)
+    calls = []
+    run = gomp_team.run
+    monkeypatch.setattr(gomp_team, "run", lambda fn, args, workers: calls.append(workers) or run(fn, args, workers))
+    with threads.on_team(gomp_team):
+        got = run_job(job)
+    assert_identical(got, expected, "OpenMP team against nblstm's threads")
+    if job[1] != SMALL and numba.get_num_threads() > 1:
+        assert calls, "no call ran on the team"
+    with threads.on_team(None):  # nested: back on nblstm's own threads
+        calls.clear()
+        run_job(job)
+        assert not calls
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_on_its_own_threads(gomp_team):
+    job = ("sequence", CHUNKED, np.float32, 3)
+    expected = run_job(job)
+    with threads.on_team(gomp_team):
+        run_job(job)  # the parent's team has threads now
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's exit code says
+            ok = all(np.array_equal(g, e) for g, e in zip(run_job(job), expected, strict=True))
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -21,12 +21,25 @@ Calls from several Python threads at once are safe: one call uses the pool
 at a time, and a call that finds it busy runs its workers one after the
 other in its own thread (the same results: chunk results do not depend on
 the thread that computes them).
+
+Beside a framework that has its own OpenMP threads (PyTorch), the workers
+run on that framework's team instead (:class:`OpenMPTeam`, :func:`on_team`):
+after each of its parallel operations an OpenMP worker spins for some
+milliseconds waiting for the next one (libgomp's default: 300,000 pauses),
+which took one of this machine's two cores from nblstm's own helper and held
+the kernels' meeting at every step (a training step through
+``nblstm.torch.LSTM`` at ``(50, 32, 256, 256)``: 59 ms on nblstm's threads,
+42 ms on PyTorch's, PyTorch's own step 32 ms, in one run). The spinning
+threads take the work at once, and no third thread competes for the cores.
 """
 
+import contextlib
+import ctypes
 import os
+import re
 import threading
 
-__all__ = ["run"]
+__all__ = ["OpenMPTeam", "on_team", "run"]
 
 
 class _Helper:
@@ -108,6 +121,92 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class OpenMPTeam:
+    """An OpenMP runtime already loaded in this process, whose thread team runs the workers.
+
+    Its ``GOMP_parallel`` entry point (libgomp's; LLVM's and Intel's runtimes
+    export it too) runs a ctypes callback on every thread of the calling
+    thread's team; each takes the workers ``w = tid, tid + n, ...`` (``n``
+    the team's size, which the runtime may make smaller than asked: a worker
+    that runs late or after another on the same thread finds the work done,
+    as on a busy pool). The callback takes the GIL to call the ``nogil``
+    worker, as the pool's helpers do.
+
+    Parameters
+    ----------
+    path : str
+        The runtime's file, loaded already (it is not loaded a second time:
+        a second copy would start threads of its own).
+    """
+
+    _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)  # OSError if it is not loaded
+        self.path, self.pid = path, os.getpid()
+        self._thread_num, self._num_threads = lib.omp_get_thread_num, lib.omp_get_num_threads
+        self._parallel = lib.GOMP_parallel
+        self._parallel.argtypes = [self._CALLBACK, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+        self._parallel.restype = None
+        self._jobs = {}
+        self._keys = iter(range(1, 2**62))
+        self._callback = self._CALLBACK(self._member)  # kept: the runtime holds only its address
+
+    @classmethod
+    def loaded(cls, under):
+        """The OpenMP runtime loaded from the folder ``under`` (a framework's), or ``None`` (none, or not Linux)."""
+        try:
+            with open("/proc/self/maps") as maps:
+                paths = {line.split(None, 5)[-1].strip() for line in maps if line.count(" ") >= 5}
+        except OSError:
+            return None
+        root = os.path.realpath(under) + os.sep
+        for path in sorted(paths):
+            if os.path.realpath(path).startswith(root) and re.match(r"lib(gomp|iomp5|omp)\b",
+                                                                     os.path.basename(path)):
+                try:
+                    return cls(path)
+                except (OSError, AttributeError):
+                    return None
+        return None
+
+    def _member(self, key):
+        fn, args, workers, errors = self._jobs[key]
+        team = max(self._num_threads(), 1)
+        for w in range(self._thread_num(), workers, team):
+            try:
+                fn(w, *args)
+            except BaseException as error:  # handed to the caller, re-raised there
+                errors.append(error)
+
+    def run(self, fn, args, workers):
+        """``fn(w, *args)`` for ``w = 0 .. workers - 1`` on the calling thread's team of this runtime."""
+        key = next(self._keys)
+        errors = []
+        self._jobs[key] = (fn, args, workers, errors)
+        try:
+            self._parallel(self._callback, key, workers, 0)  # ctypes releases the GIL meanwhile
+        finally:
+            del self._jobs[key]
+        if errors:
+            raise errors[0]
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def on_team(team):
+    """Context manager: this thread's kernel calls run their workers on ``team`` (an :class:`OpenMPTeam`; ``None``:
+    on nblstm's own threads)."""
+    before = getattr(_local, "team", None)
+    _local.team = team
+    try:
+        yield
+    finally:
+        _local.team = before
+
+
 def run(fn, args, workers, concurrency=None):
     """``fn(w, *args)`` for ``w = 0 .. workers - 1``, at once on ``workers`` threads (``w = 0`` on this one).
 
@@ -123,4 +222,8 @@ def run(fn, args, workers, concurrency=None):
         split by ``w``, too small to be worth a helper thread); default: all
         at once.
     """
+    team = getattr(_local, "team", None)
+    if team is not None and workers > 1 and concurrency != 1 and team.pid == os.getpid():
+        team.run(fn, args, workers)  # a forked child keeps to its own threads: the team's are the parent's
+        return
     _pool.run(fn, args, workers, workers if concurrency is None else concurrency)
