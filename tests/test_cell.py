@@ -477,7 +477,9 @@ def test_cells_with_the_ops_options_run_the_ops_kernels(dtype, batch, inputs, us
 
 
 @pytest.mark.parametrize("batch, inputs, lengths", [(1, 5, [3]), (1, 5, [0]), (4, 5, [6, 0, 3, 1]),
-                                                    (3, 300, [2, 6, 0])])
+                                                    (3, 300, [2, 6, 0]),
+                                                    # longest first: the finished rows are skipped (fused._running)
+                                                    (9, 5, [6, 6, 5, 4, 3, 3, 2, 1, 0])])
 @pytest.mark.parametrize("order", ["lengths", "reverse", "mask", "mask reverse"])
 @pytest.mark.parametrize("use_peepholes", [False, True])
 def test_cells_with_lengths_run_the_ops_kernels(monkeypatch, batch, inputs, lengths, order, use_peepholes):

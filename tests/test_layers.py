@@ -1586,3 +1586,47 @@ def test_nested_multi_rnn_cells_run_as_their_cells_in_order():
     assert isinstance(step_state[0], tuple) and len(step_state[0]) == 2
     with pytest.raises(TypeError, match=r"initial_state\[0\] must be a tuple of 2 cell states"):
         nblstm.dynamic_rnn(nested, x, initial_state=(initial[0][:1], initial[1]))
+
+
+@pytest.mark.parametrize("config", [dict(), dict(num_layers=2, bidirectional=True), dict(batch_first=True),
+                                    dict(input_size=300), dict(dtype=np.float64, bidirectional=True),
+                                    dict(dtype=np.float16)], ids=str)
+def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, monkeypatch):
+    """An inference call sorts the examples by length (nblstm.schedule.by_length), so that the kernels skip the
+    finished ones, and puts everything back: the outputs and final states of a training call's forward, bit for
+    bit, which keeps the caller's order; the caller's arrays untouched."""
+    from nblstm import schedule as sched
+    from nblstm.layer import lstm as layer_module
+
+    orders = []
+    monkeypatch.setattr(layer_module, "by_length", lambda lengths: orders.append(sched.by_length(lengths))
+                        or orders[-1])
+    config = {"input_size": 5, **config}
+    layer = nblstm.LSTM(config.pop("input_size"), 6, seed=3, **config)
+    rng = np.random.default_rng(5)
+    steps, batch = 7, 9
+    lengths = np.array([3, 7, 0, 5, 7, 1, 2, 6, 4])
+    x = rng.standard_normal((batch, steps, layer.input_size) if layer.batch_first
+                            else (steps, batch, layer.input_size)).astype(layer.dtype)
+    rows = layer.num_layers * (2 if layer.bidirectional else 1)
+    hx = tuple(rng.standard_normal((rows, batch, 6)).astype(layer.dtype) for _ in range(2))
+    given = [a.copy() for a in (x, *hx, lengths)]
+    out, (h_n, c_n) = layer(x, hx, sequence_length=lengths)
+    assert orders and orders[-1] is not None, "the examples were not sorted"
+    for a, b in zip((x, *hx, lengths), given, strict=True):
+        np.testing.assert_array_equal(a, b)
+    (t_out, (t_h, t_c)), _ = layer.vjp(x, hx, sequence_length=lengths)
+    assert orders[-1] is not None and len(orders) == 1, "a training call keeps the order"
+    for a, b in ((out, t_out), (h_n, t_h), (c_n, t_c)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+    assert sched.by_length(np.sort(lengths)[::-1]) is None and sched.by_length(np.array([4])) is None
+
+
+def test_finished_rows_are_skipped_only_after_the_last_running_one():
+    from nblstm.cpu import fused
+
+    running = fused._running.py_func  # compiled for the kernels alone (no Python wrapper)
+    lengths = np.array([5, 2, 4, 0], np.int64)
+    assert [running(t, lengths, 4) for t in range(6)] == [3, 3, 3, 3, 1, 0]
+    assert running(3, np.empty(0, np.int64), 4) == 4  # without lengths: every row

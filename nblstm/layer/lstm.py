@@ -18,7 +18,7 @@ from ..cell import LSTMCell
 from ..cell.cell import checked_backward, checked_forward, set_checked_weights
 from ..cell.weights import checked_weights, weight_shapes
 from ..interchange import accepts_any_array
-from ..schedule import schedule
+from ..schedule import by_length, schedule
 
 __all__ = ["LSTM"]
 
@@ -589,8 +589,16 @@ class LSTM:
             mask = v.check_mask(mask, steps, batch)
         # Checked once here for every cell, and one schedule per direction for all the layers.
         lengths = v.check_lengths(sequence_length if mask is None else None, steps, batch)
-        orders = {}
+        # An inference call on the CPU runs the examples longest first, where the kernels skip those that have
+        # finished (schedule.by_length); the same bits in the caller's order. A training call keeps the order:
+        # its weight gradients sum over the examples in it, as does a call with dropout its masks.
         drop = training and self.dropout > 0 and self.num_layers > 1
+        sort = sequence_length is not None and not with_grad and not drop and kind == "host"
+        order = by_length(lengths) if sort else None
+        if order is not None:
+            x, lengths = np.take(x, order, axis=1), lengths[order]
+            hx = None if hx is None else tuple(None if p is None else np.take(p, order, axis=1) for p in hx)
+        orders = {}
         layer_in = x
         finals, saved = [], []
         for layer in range(self.num_layers):
@@ -621,9 +629,12 @@ class LSTM:
             layer_in = layer_out
         if self.go_backwards:  # the outputs in processing order, as Keras returns them
             layer_in = arrays.flip0(layer_in, kind)
-        output = arrays.swap01(layer_in, kind) if self.batch_first else layer_in
         h_n = arrays.stack([f.h for f in finals], kind)
         c_n = arrays.stack([f.c for f in finals], kind)
+        if order is not None:  # back to the caller's order
+            back = np.argsort(order)
+            layer_in, h_n, c_n = (np.take(a, back, axis=1) for a in (layer_in, h_n, c_n))
+        output = arrays.swap01(layer_in, kind) if self.batch_first else layer_in
         ctx = {"saved": saved, "kind": kind, "shape": (steps, batch)} if with_grad else None
         return output, (h_n, c_n), ctx
 
