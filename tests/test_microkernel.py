@@ -178,29 +178,32 @@ def test_padded_rounds_up_to_the_panel_width():
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_copy_transposed_moves_the_bits_of_any_strided_view(dtype):
-    from nblstm.cpu.pack import copy_transposed
+def test_transpose_gates_moves_the_bits_of_each_gate_block(dtype):
+    from nblstm.cpu.pack import transpose_gates
 
     rng = np.random.default_rng(3)
-    for shape in [(3, 5), (33, 17), (64, 48), (0, 4), (1, 1)]:
-        a = rng.standard_normal(shape).astype(dtype)
-        a.flat[:1] = -0.0
-        for src in (a, a.T, a[:, ::2], a[1:, 1:]):
-            dst = np.full(src.shape[::-1], np.nan, dtype)
-            copy_transposed(src, dst)
-            bits = f"u{dst.itemsize}"
-            np.testing.assert_array_equal(dst.view(bits), np.ascontiguousarray(src.T).view(bits))
-            big = np.full((src.shape[1] + 2, 2 * src.shape[0] + 3), 7, dtype)
-            view = big[1:-1, 3:3 + src.shape[0]]
-            copy_transposed(src, view)
-            np.testing.assert_array_equal(view, src.T)
-            outside = np.ones(big.shape, bool)
-            outside[1:-1, 3:3 + src.shape[0]] = False
-            assert (big[outside] == 7).all()  # nothing written outside the view
+    blocks = (0, 2, 1, 3)
+    for units, width in [(1, 1), (3, 5), (17, 33), (16, 48), (0, 4), (5, 0)]:
+        rows = rng.standard_normal((4 * units, width)).astype(dtype)
+        rows.flat[:1] = -0.0
+        expected = np.empty((width, 4 * units), dtype)
+        for k, g in enumerate(blocks):
+            expected[:, g * units:(g + 1) * units] = rows[k * units:(k + 1) * units].T
+        big = np.full((width + 2, 4 * units), 7, dtype)  # rows of a larger array: a C-contiguous slice
+        columns = big[1:-1]
+        transpose_gates(rows, columns, blocks, True)
+        bits = f"u{rows.itemsize}"
+        np.testing.assert_array_equal(columns.view(bits), expected.view(bits))
+        assert (big[0] == 7).all() and (big[-1] == 7).all()  # nothing written outside
+        back = np.full_like(rows, np.nan)
+        transpose_gates(back, columns, blocks, False)
+        np.testing.assert_array_equal(back.view(bits), rows.view(bits))
     with pytest.raises(ValueError, match="expected"):
-        copy_transposed(np.zeros((2, 3), dtype), np.zeros((2, 3), dtype))
+        transpose_gates(np.zeros((8, 3), dtype), np.zeros((8, 3), dtype), blocks, True)
     with pytest.raises(ValueError, match="expected"):
-        copy_transposed(np.zeros((2, 3), dtype), np.zeros((3, 2), np.int8))
+        transpose_gates(np.zeros((8, 3), dtype), np.zeros((3, 8), np.int8), blocks, True)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        transpose_gates(np.zeros((8, 6), dtype)[:, ::2], np.zeros((3, 8), dtype), blocks, True)
 
 
 def test_nblstm_info_names_the_tile_chosen_for_this_cpu():
