@@ -938,3 +938,27 @@ def test_inference_keeps_only_what_it_returns_and_gives_the_training_bits(dtype,
                                       CellOptions(cell_clip=0.5), save=False)
     assert saved["c"].shape == (2, batch, units) and saved["h"].shape == (steps, batch, depth)
     assert saved["c_raw"].shape[0] == saved["ac"].shape[0] == 1
+
+
+@pytest.mark.parametrize("config", [dict(), dict(state_is_tuple=False), dict(num_proj=3, dtype=np.float64),
+                                    dict(dtype=np.float16)], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_run_with_lengths_runs_longest_first_with_the_same_bits(config, reverse):
+    """``run`` sorts the examples by length (their finished rows skipped by the kernels) and puts them back: the
+    bits of ``vjp``'s forward, which keeps the caller's order; the caller's arrays untouched."""
+    cell = LSTMCell(5, seed=2, **config)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 7, 4)).astype(cell.dtype or np.float32)
+    lengths = [2, 6, 0, 5, 6, 1, 3]
+    state = cell.zero_state(7, x.dtype)
+    state = (LSTMStateTuple(*(rng.standard_normal(a.shape).astype(x.dtype) for a in state)) if cell.state_is_tuple
+             else rng.standard_normal(state.shape).astype(x.dtype))
+    given = [x.copy(), *(np.array(a, copy=True) for a in (state if cell.state_is_tuple else [state]))]
+    out, final = cell.run(x, state, sequence_length=lengths, reverse=reverse)
+    (t_out, t_final), _ = cell.vjp(x, state, sequence_length=lengths, reverse=reverse)
+    pairs = [(out, t_out)] + (list(zip(final, t_final, strict=True)) if cell.state_is_tuple else [(final, t_final)])
+    for a, b in pairs:
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+    for a, b in zip([x, *(state if cell.state_is_tuple else [state])], given, strict=True):
+        np.testing.assert_array_equal(a, b)

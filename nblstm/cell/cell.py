@@ -38,7 +38,7 @@ from .._dispatch import check_precision, target_for
 from ..arrays import swap01
 from ..interchange import accepts_any_array
 from ..options import GATE_FUNCTIONS, PRECISIONS, CellOptions
-from ..schedule import schedule
+from ..schedule import by_length, schedule
 from .activations import activation_of
 from .initializers import initializer_of
 from .state import LSTMStateTuple, state_arrays
@@ -974,8 +974,23 @@ class LSTMCell:
         c0, h0 = self._state_arrays(state, batch, dtype, info.kind, "state" if len(info.shape) == 2
                                     else "initial_state")
         lengths = v.check_lengths(sequence_length, steps, batch)
+        # An inference call on the CPU runs the examples longest first, where the kernels skip those that have
+        # finished (schedule.by_length), and puts them back: the same bits. A training call keeps the order (its
+        # weight gradients sum over the examples in it).
+        rows = None
+        if not with_grad and sequence_length is not None and len(info.shape) == 3 and info.kind == "host":
+            rows = by_length(lengths)
+        if rows is not None:
+            inputs, lengths = np.take(inputs, rows, axis=1), lengths[rows]
+            c0, h0 = (None if a is None else np.take(a, rows, axis=0) for a in (c0, h0))
+            info = v.describe_array("inputs", inputs)
         order = schedule(steps, batch, lengths, mask, reverse, zero_masked)
-        return self._launch(info, inputs, c0, h0, lengths, order, with_grad)
+        outputs, final, ctx = self._launch(info, inputs, c0, h0, lengths, order, with_grad)
+        if rows is not None:
+            back = np.argsort(rows)
+            outputs = np.take(outputs, back, axis=1)
+            final = LSTMStateTuple(final.c[back], final.h[back]) if self.state_is_tuple else final[back]
+        return outputs, final, ctx
 
     def _launch(self, info, inputs, c0, h0, lengths, order, with_grad):
         """The forward kernels on validated arguments: ``(outputs, final_state, ctx)``."""
