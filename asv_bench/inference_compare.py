@@ -11,7 +11,7 @@ framework    what is timed
              ``nblstm.LSTM.from_torch(module)(x)`` on the NumPy array; ``nblstm.torch.LSTM``
              with the module's ``state_dict``, under ``torch.no_grad()``
 ``keras``    ``model.predict_on_batch(x)`` of ``Sequential([LSTM(H, return_sequences=True)] * 2)``;
-             ``nblstm.LSTM.stack_from_keras(model)(x)``
+             ``nblstm.LSTM.from_keras(model)(x)`` (one 2-layer layer)
 ============ ===================================================================================
 
 Both run in this one process, with the threads each uses by default; blocks
@@ -90,13 +90,13 @@ def keras_calls(steps, batch, inputs, units):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((steps, inputs)), keras.layers.LSTM(units, return_sequences=True),
                               keras.layers.LSTM(units, return_sequences=True)])
-    layer = nblstm.LSTM.stack_from_keras(model)
+    layer = nblstm.LSTM.from_keras(model)  # the stack of two equal layers as one 2-layer layer
     x = np.random.default_rng(0).standard_normal((batch, steps, inputs)).astype(np.float32)
     expected = np.asarray(model.predict_on_batch(x))
     got = layer(x)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     return {"Keras predict_on_batch": lambda: model.predict_on_batch(x),
-            "nblstm.LSTM.stack_from_keras": lambda: layer(x)[0]}
+            "nblstm.LSTM.from_keras": lambda: layer(x)[0]}
 
 
 def measure(calls, rounds, seconds):

@@ -2,7 +2,9 @@
 
 ``LSTMLayer.time_forward`` is ``lstm(x, sequence_length=L)``,
 ``time_forward_backward`` is ``lstm.vjp(x, sequence_length=L)`` and the
-``backward`` of an output gradient. The lengths are uniform in ``[T / 2, T]``
+``backward`` of an output gradient; ``time_forward_full`` and
+``time_forward_backward_full`` the same calls without lengths (every example
+runs all ``T`` steps: the finished examples' savings are the ratio). The lengths are uniform in ``[T / 2, T]``
 (fixed seed), so the reverse direction runs each example reversed within its
 own length. ``setup`` makes both calls once, so compilation (or the load from
 numba's cache) is not timed. ``asv_bench/layer_compare.py`` times the same
@@ -34,12 +36,21 @@ class LSTMLayer:
         self.d_output = (rng.standard_normal((steps, batch, 2 * units)) * 0.1).astype(np.float32)
         self.time_forward(shape)
         self.time_forward_backward(shape)
+        self.time_forward_full(shape)
+        self.time_forward_backward_full(shape)
 
     def time_forward(self, shape):
         self.lstm(self.x, sequence_length=self.lengths)
 
     def time_forward_backward(self, shape):
         backward = self.lstm.vjp(self.x, sequence_length=self.lengths)[1]
+        backward(self.d_output)
+
+    def time_forward_full(self, shape):
+        self.lstm(self.x)
+
+    def time_forward_backward_full(self, shape):
+        backward = self.lstm.vjp(self.x)[1]
         backward(self.d_output)
 
     def peakmem_forward_backward(self, shape):
