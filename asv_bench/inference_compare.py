@@ -29,23 +29,12 @@ import argparse
 import datetime
 import os
 import platform
-import time
 
 import numpy as np
+from torch_module_compare import block_median, emit  # this folder: the same timed blocks and output
 
 #: (T, B, I, H): the sequence length, the batches, the sizes.
 SHAPES = ((30, 1, 256, 256), (30, 64, 256, 256), (30, 1000, 256, 256))
-
-
-def _block(call, seconds):
-    call()
-    times = []
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds or len(times) < 3:
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def torch_calls(steps, batch, inputs, units):
@@ -107,7 +96,7 @@ def measure(calls, rounds, seconds):
     blocks = {name: [] for name in names}
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            blocks[name].append(_block(calls[name], seconds))
+            blocks[name].append(block_median(calls[name], seconds))
     medians = {name: float(np.median(v)) for name, v in blocks.items()}
     ratios = {name: float(np.median(np.array(blocks[name]) / np.array(blocks[framework]))) for name in names[1:]}
     return medians, ratios
@@ -156,11 +145,7 @@ def main(argv=None):
     for shape, medians, ratios in rows:
         lines.append(f"| {', '.join(map(str, shape))} | " + " | ".join(f"{medians[n] * 1e3:.3g}" for n in names)
                      + " | " + " | ".join(f"**{ratios[n]:.2f}**" for n in names[1:]) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    emit(lines, args.markdown)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ SHAPES = (
 )
 
 
-def _block(step, seconds):
+def block_median(step, seconds):
+    """The median time of ``step()`` over a block of at least ``seconds`` (and 3 calls) after one untimed call."""
     step()
     times = []
     start = time.perf_counter()
@@ -36,6 +37,15 @@ def _block(step, seconds):
         step()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def emit(lines, path):
+    """Print the table's ``lines`` and write them to ``path`` (a markdown file; ``None``: nowhere)."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
 
 
 def measure(shape, rounds, seconds):
@@ -70,7 +80,7 @@ def measure(shape, rounds, seconds):
     ratios = []
     for r in range(rounds):
         order = ["nblstm", "PyTorch"] if r % 2 == 0 else ["PyTorch", "nblstm"]
-        pair = {name: _block(steps_of[name], seconds) for name in order}
+        pair = {name: block_median(steps_of[name], seconds) for name in order}
         for name, t in pair.items():
             blocks[name].append(t)
         ratios.append(pair["nblstm"] / pair["PyTorch"])
@@ -120,11 +130,7 @@ def main(argv=None):
     for (steps, batch, inputs, units, layers, bidirectional), medians, ratio, won, n in rows:
         lines.append(f"| {steps}, {batch}, {inputs}, {units} | {layers}, {2 if bidirectional else 1} | "
                      f"{medians['nblstm'] * 1e3:.3g} | {medians['PyTorch'] * 1e3:.3g} | **{ratio:.2f}** | {won}/{n} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    emit(lines, args.markdown)
 
 
 if __name__ == "__main__":
