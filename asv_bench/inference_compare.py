@@ -21,8 +21,8 @@ block time of each and the median of the per-round ratios (below 1: nblstm
 is faster). The outputs are checked against the framework's first.
 Needs the framework (PyTorch, or Keras with a backend: TensorFlow by default)::
 
-    python asv_bench/inference_compare.py torch --markdown ../docs/inference-benchmark-torch.md
-    python asv_bench/inference_compare.py keras --markdown ../docs/inference-benchmark-keras.md
+    python asv_bench/inference_compare.py torch --markdown docs/inference-benchmark-torch.md
+    python asv_bench/inference_compare.py keras --markdown docs/inference-benchmark-keras.md
 """
 
 import argparse

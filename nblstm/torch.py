@@ -24,7 +24,6 @@ compiled model is compiled as usual.
 """
 
 import ctypes
-import ctypes.util
 import math
 import os
 
@@ -46,10 +45,12 @@ __all__ = ["LSTM"]
 # The parameters' dtypes the kernels compute in, and the layer's dtype for each.
 _DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
 
-#: PyTorch's OpenMP runtime, whose threads run the kernels' workers in the module's calls on the CPU
-#: (:class:`nblstm.cpu.threads.OpenMPTeam`: after each PyTorch operation its threads spin for milliseconds,
-#: and nblstm's own would compete with them for the cores), or ``None`` where it is not found.
-_TEAM = threads.OpenMPTeam.loaded(os.path.dirname(torch.__file__))
+#: The OpenMP runtime PyTorch's operations run on (found through ``libtorch_cpu``'s own dependencies: its
+#: libgomp, or the system's where numba's OpenMP layer loaded that first), whose threads run the kernels' workers
+#: in the module's calls on the CPU (:class:`nblstm.cpu.threads.OpenMPTeam`: after each PyTorch operation its
+#: threads spin for milliseconds, and nblstm's own would compete with them for the cores); ``None`` where it is
+#: not found.
+_TEAM = threads.OpenMPTeam.loaded(os.path.dirname(torch.__file__), r"libtorch_cpu\b")
 
 
 def _host(t):
@@ -75,15 +76,13 @@ def _bits(params):
 
 
 def _libc_memcmp():
-    """The C library's ``memcmp`` through ctypes, or ``None`` where it is not found."""
+    """The C library's ``memcmp`` through ctypes (the process's own symbols), or ``None`` where it is not found."""
     try:
-        name = ctypes.util.find_library("c")
-        memcmp = ctypes.CDLL(name).memcmp if name else None
-    except (OSError, AttributeError):
+        memcmp = ctypes.CDLL(None).memcmp
+    except (OSError, TypeError, AttributeError):
         return None
-    if memcmp is not None:
-        memcmp.restype = ctypes.c_int
-        memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    memcmp.restype = ctypes.c_int
+    memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     return memcmp
 
 
@@ -116,7 +115,7 @@ def _transpose_gates(torch_part, cell_part, to_cell):
     transposing copy took 10x as long at ``I = H = 256``, and the weights and
     their gradients go through here at every step.
     """
-    transpose_gates(np.ascontiguousarray(torch_part), cell_part, SWAP_CF_BLOCKS, to_cell)
+    transpose_gates(np.ascontiguousarray(torch_part) if to_cell else torch_part, cell_part, SWAP_CF_BLOCKS, to_cell)
 
 
 def _cell_kernel(weight_ih, weight_hh):

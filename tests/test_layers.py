@@ -1588,13 +1588,18 @@ def test_nested_multi_rnn_cells_run_as_their_cells_in_order():
         nblstm.dynamic_rnn(nested, x, initial_state=(initial[0][:1], initial[1]))
 
 
-@pytest.mark.parametrize("config", [dict(), dict(num_layers=2, bidirectional=True), dict(batch_first=True),
-                                    dict(input_size=300), dict(dtype=np.float64, bidirectional=True),
-                                    dict(dtype=np.float16)], ids=str)
-def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, monkeypatch):
-    """An inference call sorts the examples by length (nblstm.schedule.by_length), so that the kernels skip the
-    finished ones, and puts everything back: the outputs and final states of a training call's forward, bit for
-    bit, which keeps the caller's order; the caller's arrays untouched."""
+@pytest.mark.parametrize("config, sorts", [
+    (dict(), True), (dict(num_layers=2, bidirectional=True), True), (dict(batch_first=True), True),
+    (dict(dtype=np.float64, bidirectional=True), True), (dict(dtype=np.float16), True),
+    (dict(num_layers=2, dropout=0.5), True),  # dropout applies only when training
+    (dict(go_backwards=True), True), (dict(reverse=True, num_layers=2), True),
+    # Nothing skipped there, or an input projection on BLAS before the time loop: the caller's order.
+    (dict(input_size=300), False), (dict(proj_size=3), False), (dict(num_layers=2, dropout=0.5, training=True), False),
+], ids=str)
+def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, sorts, monkeypatch):
+    """An inference call sorts the examples by length (nblstm.schedule.by_length) where the kernels then skip the
+    finished ones with every product on the micro-kernel, and puts everything back: the outputs and final states of
+    a training call's forward, bit for bit, which keeps the caller's order; the caller's arrays untouched."""
     from nblstm import schedule as sched
     from nblstm.layer import lstm as layer_module
 
@@ -1602,6 +1607,7 @@ def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, mo
     monkeypatch.setattr(layer_module, "by_length", lambda lengths: orders.append(sched.by_length(lengths))
                         or orders[-1])
     config = {"input_size": 5, **config}
+    training = config.pop("training", False)
     layer = nblstm.LSTM(config.pop("input_size"), 6, seed=3, **config)
     rng = np.random.default_rng(5)
     steps, batch = 7, 9
@@ -1609,14 +1615,18 @@ def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, mo
     x = rng.standard_normal((batch, steps, layer.input_size) if layer.batch_first
                             else (steps, batch, layer.input_size)).astype(layer.dtype)
     rows = layer.num_layers * (2 if layer.bidirectional else 1)
-    hx = tuple(rng.standard_normal((rows, batch, 6)).astype(layer.dtype) for _ in range(2))
+    depth = layer.proj_size or 6
+    hx = tuple(rng.standard_normal((rows, batch, n)).astype(layer.dtype) for n in (depth, 6))
     given = [a.copy() for a in (x, *hx, lengths)]
-    out, (h_n, c_n) = layer(x, hx, sequence_length=lengths)
-    assert orders and orders[-1] is not None, "the examples were not sorted"
+    out, (h_n, c_n) = layer(x, hx, sequence_length=lengths, training=training)
+    assert (bool(orders) and orders[-1] is not None) == sorts
     for a, b in zip((x, *hx, lengths), given, strict=True):
         np.testing.assert_array_equal(a, b)
+    if training:
+        return  # its dropout masks are drawn afresh: nothing to compare
+    count = len(orders)
     (t_out, (t_h, t_c)), _ = layer.vjp(x, hx, sequence_length=lengths)
-    assert orders[-1] is not None and len(orders) == 1, "a training call keeps the order"
+    assert len(orders) == count, "a training call keeps the order"
     for a, b in ((out, t_out), (h_n, t_h), (c_n, t_c)):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))

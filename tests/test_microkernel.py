@@ -202,6 +202,10 @@ def test_transpose_gates_moves_the_bits_of_each_gate_block(dtype):
         transpose_gates(np.zeros((8, 3), dtype), np.zeros((8, 3), dtype), blocks, True)
     with pytest.raises(ValueError, match="expected"):
         transpose_gates(np.zeros((8, 3), dtype), np.zeros((3, 8), np.int8), blocks, True)
+    with pytest.raises(ValueError, match="permutation"):
+        transpose_gates(np.zeros((8, 3), dtype), np.zeros((3, 8), dtype), (0, 1, 1, 3), True)
+    with pytest.raises(ValueError, match="expected"):
+        transpose_gates(np.zeros(8, dtype), np.zeros((3, 8), dtype), blocks, True)
     with pytest.raises(ValueError, match="C-contiguous"):
         transpose_gates(np.zeros((8, 6), dtype)[:, ::2], np.zeros((3, 8), dtype), blocks, True)
 

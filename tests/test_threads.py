@@ -335,7 +335,7 @@ def gomp_team():
     lib = ctypes.CDLL(name)  # noqa: F841 - kept loaded for the module's tests
     with open("/proc/self/maps") as maps:
         found = [line.split()[-1] for line in maps if "libgomp" in line.rsplit("/", 1)[-1]]
-    team = threads.OpenMPTeam.loaded(os.path.dirname(found[0]))
+    team = threads.OpenMPTeam.loaded(os.path.dirname(found[0]), r"libgomp")
     assert team is not None and "libgomp" in team.path
     yield team
     del lib
@@ -351,8 +351,26 @@ def test_openmp_team_runs_each_worker_once_on_its_threads(gomp_team):
 
     gomp_team.run(worker, ("x",), 3)
     assert sorted(w for w, _, _ in seen) == [0, 1, 2] and {t for _, t, _ in seen} == {"x"}
-    assert len({tid for _, _, tid in seen}) == 3, "three workers on three threads"
-    assert threading.get_native_id() in {tid for _, _, tid in seen}, "the calling thread is one of the team"
+    ids = {tid for _, _, tid in seen}
+    assert threading.get_native_id() in ids, "the calling thread is one of the team"
+    # At most the runtime's thread count (omp_get_max_threads: the cores here), several where it allows them.
+    assert len(ids) <= min(3, gomp_team._max_threads())
+    if gomp_team._max_threads() > 1:
+        assert len(ids) > 1
+
+
+def test_openmp_team_busy_or_of_one_thread_runs_the_workers_here(gomp_team, monkeypatch):
+    """A call that finds the team busy (another Python thread's call), or a runtime of one thread, runs its
+    workers one after the other on the calling thread: no second team of threads."""
+    here = threading.get_native_id()
+    seen = []
+    with gomp_team._lock:
+        gomp_team.run(lambda w: seen.append((w, threading.get_native_id())), (), 3)
+    assert seen == [(0, here), (1, here), (2, here)]
+    seen.clear()
+    monkeypatch.setattr(gomp_team, "_max_threads", lambda: 1)
+    gomp_team.run(lambda w: seen.append((w, threading.get_native_id())), (), 3)
+    assert seen == [(0, here), (1, here), (2, here)]
 
 
 def test_openmp_team_hands_a_worker_error_to_the_caller(gomp_team):

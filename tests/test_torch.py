@@ -350,3 +350,36 @@ def test_inference_reuses_the_packed_weights_until_a_parameter_changes(monkeypat
         torch.testing.assert_close(lstm(x)[0], reference(x)[0], rtol=1e-5, atol=1e-6)
     trained = lstm(x.requires_grad_(True))[0]  # a training call rebuilds, and the next inference too
     torch.testing.assert_close(trained.detach(), reference(x.detach())[0].detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="finds PyTorch's runtime on Linux")
+def test_the_kernels_run_on_pytorchs_openmp_threads(monkeypatch):
+    """The module's kernel calls run their workers on the team of the OpenMP runtime PyTorch runs on, with the
+    bits of nblstm's own threads; the runtime is found whichever copy the process loaded first."""
+    import subprocess
+    import sys
+
+    from nblstm.cpu import partition
+
+    assert nt._TEAM is not None and "libtorch_cpu" in nt._TEAM.path
+    monkeypatch.setattr(partition, "MIN_PARALLEL_CALL_WORK", 0)  # tiny calls on several workers too
+    calls = []
+    run = nt._TEAM.run
+    monkeypatch.setattr(nt._TEAM, "run", lambda fn, args, workers: calls.append(workers) or run(fn, args, workers))
+    torch.manual_seed(0)
+    lstm = nt.LSTM(16, 32, num_layers=2, bidirectional=True)  # B * H * 4H: units split across workers
+    x = torch.randn(6, 8, 16)
+    out = lstm(x)[0]
+    out.sum().backward()
+    assert calls, "no kernel call ran on PyTorch's threads"
+    grads = [p.grad.clone() for p in lstm.parameters()]
+    monkeypatch.setattr(nt, "_TEAM", None)  # the same on nblstm's own threads
+    lstm.zero_grad()
+    again = lstm(x)[0]
+    again.sum().backward()
+    assert torch.equal(out, again) and all(torch.equal(a, p.grad) for a, p in zip(grads, lstm.parameters()))
+    # numba's OpenMP threading layer first: PyTorch then runs on the system's libgomp, and the team is that one.
+    code = ("import numba; numba.get_num_threads(); import torch, nblstm.torch as nt; "
+            "print(nt._TEAM is not None and nt._TEAM.run(lambda w: None, (), 2) is None)")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert found.stdout.strip() == "True", found.stderr

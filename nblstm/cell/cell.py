@@ -978,7 +978,8 @@ class LSTMCell:
         # finished (schedule.by_length), and puts them back: the same bits. A training call keeps the order (its
         # weight gradients sum over the examples in it).
         rows = None
-        if not with_grad and sequence_length is not None and len(info.shape) == 3 and info.kind == "host":
+        if (not with_grad and sequence_length is not None and len(info.shape) == 3 and info.kind == "host"
+                and skips_sorted_rows(self, steps, batch, info.shape[-1], info.dtype)):
             rows = by_length(lengths)
         if rows is not None:
             inputs, lengths = np.take(inputs, rows, axis=1), lengths[rows]
@@ -1083,6 +1084,14 @@ def set_checked_weights(cell, checked):
     """
     weights, cell.input_depth, cell._dtype = checked
     cell._set(weights)
+
+
+def skips_sorted_rows(cell, steps, batch, inputs, dtype):
+    """Whether an inference call of ``cell`` on the CPU gains by its examples sorted longest first, with the same
+    bits (:func:`nblstm.cpu.cell.skips_sorted_rows`): ``inputs`` its input depth, ``dtype`` the inputs'."""
+    from ..cpu.cell import skips_sorted_rows as cpu_skips
+
+    return cpu_skips(cell._options(), cell.num_proj is not None, steps, batch, inputs, np.dtype(dtype))
 
 
 def checked_forward(cell, info, inputs, state, lengths, order, with_grad):

@@ -69,7 +69,15 @@ from .fused import forward_packed as fused_forward
 from .fused import weight_grads_block as fused_weight_grads_block
 from .gemm import address, gemm, rows_product
 from .pack import pack_chunks
-from .partition import MIN_PARALLEL_PACK, block_bounds, call_threads, cell_chunk_bounds, column_offsets, row_bounds
+from .partition import (
+    MIN_PARALLEL_PACK,
+    block_bounds,
+    call_threads,
+    cell_chunk_bounds,
+    column_offsets,
+    fused_projection,
+    row_bounds,
+)
 
 __all__ = [
     "CellGrads",
@@ -790,6 +798,22 @@ def fused_forward_applies(options, has_proj, steps):
     whose bits the streaming step reproduces (:mod:`nblstm.cpu.step`).
     """
     return not has_proj and options.kernel_code() == 0 and options.cell_clip is None and steps > 1
+
+
+def skips_sorted_rows(options, has_proj, steps, batch, inputs, dtype):
+    """Whether an inference call of the cell gains by its examples sorted longest first, with the same bits.
+
+    It does on the fused kernels (:func:`fused_forward_applies`) with the
+    input projection inside the steps
+    (:func:`~nblstm.cpu.partition.fused_projection`): every product is then
+    the micro-kernel's, whose sums do not depend on a row's position, and
+    the steps skip the rows after the last example still running
+    (:func:`nblstm.cpu.fused._running`). Elsewhere nothing is skipped, and the
+    input projection before the loop is a BLAS GEMM, which promises no such
+    independence.
+    """
+    return (fused_forward_applies(options, has_proj, steps)
+            and fused_projection(max(batch, 1), inputs, np.dtype(np.float32 if dtype == np.float16 else dtype)))
 
 
 class FusedWeights:

@@ -131,7 +131,9 @@ def transpose_gates(rows, columns, blocks, to_columns):
     1.2 ms (its columns of a power-of-two row length land in the same few
     cache sets).
     """
-    units = rows.shape[0] // 4
+    if sorted(blocks) != [0, 1, 2, 3]:
+        raise ValueError(f"blocks must be a permutation of 0, 1, 2, 3, got {blocks}")
+    units = rows.shape[0] // 4 if rows.ndim == 2 else 0
     if (rows.ndim != 2 or columns.ndim != 2 or rows.shape[0] != 4 * units or columns.shape != rows.shape[::-1]
             or rows.dtype != columns.dtype):
         raise ValueError(f"rows {rows.shape} {rows.dtype} and columns {columns.shape} {columns.dtype}: expected "

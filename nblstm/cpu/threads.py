@@ -122,7 +122,7 @@ if hasattr(os, "register_at_fork"):
 
 
 class OpenMPTeam:
-    """An OpenMP runtime already loaded in this process, whose thread team runs the workers.
+    """The OpenMP runtime a loaded library runs on, whose thread team runs the workers.
 
     Its ``GOMP_parallel`` entry point (libgomp's; LLVM's and Intel's runtimes
     export it too) runs a ctypes callback on every thread of the calling
@@ -130,13 +130,22 @@ class OpenMPTeam:
     the team's size, which the runtime may make smaller than asked: a worker
     that runs late or after another on the same thread finds the work done,
     as on a busy pool). The callback takes the GIL to call the ``nogil``
-    worker, as the pool's helpers do.
+    worker, as the pool's helpers do. A call uses at most the runtime's
+    ``omp_get_max_threads()`` threads (``torch.set_num_threads``), and one
+    call uses the team at a time: the runtime gives each calling thread a
+    team of its own, so a call that finds the team busy (another Python
+    thread's) runs its workers one after the other in its own thread, as on
+    a busy pool, instead of starting more threads than the cores.
 
     Parameters
     ----------
     path : str
-        The runtime's file, loaded already (it is not loaded a second time:
-        a second copy would start threads of its own).
+        A loaded library: the runtime itself, or one that links to it (a
+        framework's, such as PyTorch's ``libtorch_cpu.so``), whose symbols
+        are looked up through its own dependencies, so that the team is the
+        one the framework runs on, whichever copy of the runtime the process
+        loaded first. Nothing is loaded a second time (a second copy would
+        start threads of its own).
     """
 
     _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -145,16 +154,19 @@ class OpenMPTeam:
         lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)  # OSError if it is not loaded
         self.path, self.pid = path, os.getpid()
         self._thread_num, self._num_threads = lib.omp_get_thread_num, lib.omp_get_num_threads
+        self._max_threads = lib.omp_get_max_threads
         self._parallel = lib.GOMP_parallel
         self._parallel.argtypes = [self._CALLBACK, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
         self._parallel.restype = None
         self._jobs = {}
         self._keys = iter(range(1, 2**62))
+        self._lock = threading.Lock()
         self._callback = self._CALLBACK(self._member)  # kept: the runtime holds only its address
 
     @classmethod
-    def loaded(cls, under):
-        """The OpenMP runtime loaded from the folder ``under`` (a framework's), or ``None`` (none, or not Linux)."""
+    def loaded(cls, under, name):
+        """The team of the loaded library in the folder ``under`` whose file name matches the regular expression
+        ``name``, or ``None`` (none loaded, no OpenMP entry points, or no ``/proc/self/maps``: not Linux)."""
         try:
             with open("/proc/self/maps") as maps:
                 paths = {line.split(None, 5)[-1].strip() for line in maps if line.count(" ") >= 5}
@@ -162,8 +174,7 @@ class OpenMPTeam:
             return None
         root = os.path.realpath(under) + os.sep
         for path in sorted(paths):
-            if os.path.realpath(path).startswith(root) and re.match(r"lib(gomp|iomp5|omp)\b",
-                                                                     os.path.basename(path)):
+            if os.path.realpath(path).startswith(root) and re.match(name, os.path.basename(path)):
                 try:
                     return cls(path)
                 except (OSError, AttributeError):
@@ -171,23 +182,33 @@ class OpenMPTeam:
         return None
 
     def _member(self, key):
-        fn, args, workers, errors = self._jobs[key]
-        team = max(self._num_threads(), 1)
-        for w in range(self._thread_num(), workers, team):
-            try:
+        # Everything in the try: an exception that left the callback would only be printed by ctypes, and this
+        # thread's other workers skipped.
+        errors = None
+        try:
+            fn, args, workers, errors = self._jobs[key]
+            team = max(self._num_threads(), 1)
+            for w in range(self._thread_num(), workers, team):
                 fn(w, *args)
-            except BaseException as error:  # handed to the caller, re-raised there
+        except BaseException as error:  # handed to the caller, re-raised there
+            if errors is not None:
                 errors.append(error)
 
     def run(self, fn, args, workers):
         """``fn(w, *args)`` for ``w = 0 .. workers - 1`` on the calling thread's team of this runtime."""
+        threads_ = min(workers, max(self._max_threads(), 1))
+        if threads_ <= 1 or not self._lock.acquire(blocking=False):
+            for w in range(workers):
+                fn(w, *args)
+            return
         key = next(self._keys)
         errors = []
         self._jobs[key] = (fn, args, workers, errors)
         try:
-            self._parallel(self._callback, key, workers, 0)  # ctypes releases the GIL meanwhile
+            self._parallel(self._callback, key, threads_, 0)  # ctypes releases the GIL meanwhile
         finally:
             del self._jobs[key]
+            self._lock.release()
         if errors:
             raise errors[0]
 

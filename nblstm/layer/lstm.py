@@ -15,7 +15,7 @@ import numpy as np
 from .. import _validate as v
 from .. import arrays
 from ..cell import LSTMCell
-from ..cell.cell import checked_backward, checked_forward, set_checked_weights
+from ..cell.cell import checked_backward, checked_forward, set_checked_weights, skips_sorted_rows
 from ..cell.weights import checked_weights, weight_shapes
 from ..interchange import accepts_any_array
 from ..schedule import by_length, schedule
@@ -593,7 +593,8 @@ class LSTM:
         # finished (schedule.by_length); the same bits in the caller's order. A training call keeps the order:
         # its weight gradients sum over the examples in it, as does a call with dropout its masks.
         drop = training and self.dropout > 0 and self.num_layers > 1
-        sort = sequence_length is not None and not with_grad and not drop and kind == "host"
+        sort = sequence_length is not None and not with_grad and not drop and kind == "host" and all(
+            skips_sorted_rows(cell, steps, batch, cell.input_depth, self.dtype) for cell in self.cells)
         order = by_length(lengths) if sort else None
         if order is not None:
             x, lengths = np.take(x, order, axis=1), lengths[order]
