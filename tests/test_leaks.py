@@ -139,3 +139,35 @@ def test_torch_module_forward_and_backward(x):
         output.sum().backward()
 
     assert_flat(call, 2000)
+
+
+def test_layer_inference_sorted_by_length_and_the_torch_module_on_pytorchs_threads(x, monkeypatch):
+    """The layer's inference call that sorts its examples by length and puts them back, and the torch module's
+    calls with their workers on PyTorch's OpenMP team (a ctypes callback on each of its threads per call)."""
+    from nblstm.cpu import partition
+
+    monkeypatch.setattr(partition, "MIN_PARALLEL_CALL_WORK", 0)  # tiny calls on several workers too
+    layer = nblstm.LSTM(I, H, num_layers=2, bidirectional=True, seed=0)
+    lengths = np.array([5, T, 11])  # not longest first: sorted and put back at every call
+
+    def call():
+        layer(x, sequence_length=lengths)
+
+    assert_flat(call, 2000)
+    torch = pytest.importorskip("torch")
+    nt = pytest.importorskip("nblstm.torch")
+    if nt._TEAM is None:
+        pytest.skip("PyTorch's OpenMP runtime was not found")
+    module = nt.LSTM(I, 4 * H, num_layers=2)  # B * H * 4H: units split across workers
+    xt = torch.from_numpy(x)
+    runs = []
+    run = nt._TEAM.run
+    monkeypatch.setattr(nt._TEAM, "run", lambda *a: runs.append(1) or run(*a))
+
+    def train():
+        output, _ = module(xt)
+        output.sum().backward()
+
+    train()
+    assert runs, "no call ran on PyTorch's threads"
+    assert_flat(train, 2000)
