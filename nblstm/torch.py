@@ -301,12 +301,13 @@ class LSTM(torch.nn.Module):
             w = {"kernel": _cell_kernel(p["weight_ih"], p["weight_hh"])}
             if self.bias:
                 w["bias"] = ifco_to_icfo(p["bias_ih"] + p["bias_hh"], axis=0)
-            if self.use_peepholes:
-                w.update(w_i_diag=p["weight_ci"], w_f_diag=p["weight_cf"], w_o_diag=p["weight_co"])
+            if self.use_peepholes:  # copies: the layer keeps what it is given (copy=False below)
+                w.update(w_i_diag=p["weight_ci"].copy(), w_f_diag=p["weight_cf"].copy(),
+                         w_o_diag=p["weight_co"].copy())
             if self.proj_size:
-                w["projection/kernel"] = p["weight_hr"].T
+                w["projection/kernel"] = np.ascontiguousarray(p["weight_hr"].T)
             cells.append(w)
-        self._layer.set_cell_weights(cells)
+        self._layer.set_cell_weights(cells, copy=False)  # arrays made here, for the layer alone
         return self._layer
 
     def _follow(self, dtype):

@@ -1640,3 +1640,23 @@ def test_finished_rows_are_skipped_only_after_the_last_running_one():
     lengths = np.array([5, 2, 4, 0], np.int64)
     assert [running(t, lengths, 4) for t in range(6)] == [3, 3, 3, 3, 1, 0]
     assert running(3, np.empty(0, np.int64), 4) == 4  # without lengths: every row
+
+
+def test_set_cell_weights_copies_unless_told_not_to():
+    """``copy=True`` (the default) keeps copies, so that the caller's later changes reach nothing; ``copy=False``
+    takes the arrays as they are (``nblstm.torch.LSTM``'s, made for the layer at every step), with the same
+    results."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    cells = [{"kernel": (0.3 * rng.standard_normal((3 + 4, 16))).astype(np.float32),
+              "bias": (0.1 * rng.standard_normal(16)).astype(np.float32)}]
+    copied, kept = nblstm.LSTM(3, 4), nblstm.LSTM(3, 4)
+    copied.set_cell_weights(cells)
+    kept.set_cell_weights([dict(c) for c in cells], copy=False)
+    expected = copied(x)[0]
+    np.testing.assert_array_equal(kept(x)[0], expected)
+    cells[0]["kernel"][:] = 0.0  # the caller's array, changed after the call
+    np.testing.assert_array_equal(copied(x)[0], expected)
+    with pytest.raises(ValueError, match="non-finite"):
+        kept.set_cell_weights([{"kernel": np.full((7, 16), np.nan, np.float32), "bias": cells[0]["bias"]}],
+                              copy=False)

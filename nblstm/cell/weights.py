@@ -48,7 +48,7 @@ def initial_weights(shapes, dtype, initializer, seed):
     return weights
 
 
-def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dtype):
+def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dtype, owned=()):
     """Validated copies of new variables for a cell; returns ``(weights, input_depth, dtype)``.
 
     Parameters
@@ -65,6 +65,11 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
         The cell's input depth, ``None`` when it is not built: taken from ``kernel``.
     dtype : numpy.dtype or None
         The cell's dtype, ``None`` when it has none: taken from ``kernel``.
+    owned : collection of str, optional
+        Names of arrays that the caller made for the cell and will not
+        touch again (``nblstm.torch.LSTM``'s kernel, rebuilt at every
+        step): kept as they are when C-contiguous, where every other array
+        is copied.
 
     Raises
     ------
@@ -117,9 +122,10 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
             raise TypeError(f"weights[{n!r}] has dtype {a.dtype}; expected {dtype} (the cell's dtype)")
         if not np.isfinite(a).all():
             raise ValueError(f"weights[{n!r}] has non-finite values")
-    # C-contiguous copies: the kernels' packing reads rows (a transposed view, as nblstm.torch.LSTM and the
-    # converters give, is transposed here once).
-    return {n: np.array(arrays[n], copy=True, order="C") for n in expected}, found_depth, dtype
+    # C-contiguous copies: the kernels' packing reads rows (a transposed view, as the converters give, is
+    # transposed here once).
+    return ({n: np.ascontiguousarray(arrays[n]) if n in owned else np.array(arrays[n], copy=True, order="C")
+             for n in expected}, found_depth, dtype)
 
 
 def save(path, config, weights):

@@ -58,7 +58,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .._jit import KERNEL
+from .._jit import KERNEL, full_width
 from ..options import KernelOptions, OpOptions
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad, unit_options
 from . import microkernel, pool, regroup, sync, threads
@@ -308,6 +308,7 @@ def _forward_rows(t, u0, u1, gk, inputs, weights, unit, has_proj, saved):
 @njit(**KERNEL)
 def _forward_units(t, k, inputs, weights, options, one, work, saved):
     """Step ``t`` of the units of chunk ``k``: recurrent GEMM, then the gate maths."""
+    full_width()
     h0 = inputs.h0
     u0, u1 = weights.bounds[k], weights.bounds[k + 1]
     col0, col1 = weights.rec_off[k], weights.rec_off[k + 1]
@@ -330,6 +331,7 @@ def _forward_units(t, k, inputs, weights, options, one, work, saved):
 def _forward_proj(t, k, inputs, weights, proj_clip, proj_clip_on, work, saved):
     """Step ``t`` of the projected columns of chunk ``k``: ``h = clip(r @ projection)`` (``proj_clip`` in the
     compute dtype)."""
+    full_width()
     h0, lengths = inputs.h0, inputs.lengths
     r_, h_raw_, h_ = saved.r, saved.h_raw, saved.h
     p0, p1 = weights.proj_bounds[k], weights.proj_bounds[k + 1]
@@ -389,6 +391,7 @@ def forward_kernel(inputs, weights, options, work, proj_work, saved, project=Tru
 @njit(**KERNEL)
 def projection_worker(w, claims, done, x2d, w_x, rows, pre2d):
     """Worker ``w``'s row blocks of the input projection ``pre2d = x2d @ w_x`` (stage 0 of ``claims``)."""
+    full_width()
     for j in range(rows.shape[0] - 1):
         r = sync.claimed(claims, done, np.int64(0), w, rows.shape[0] - 1, np.bool_(False), j)
         if r >= 0:
@@ -445,6 +448,7 @@ def _backward_h(t, k, col_bounds, lengths, weights, options, saved, d_out, work,
     gradient of the projection before clipping is written to ``dh_raw[t]``.
     ``t = -1`` only finishes the carry (the gradient of the initial ``h``).
     """
+    full_width()
     dgates, h_raw_ = saved.gates, saved.h_raw
     dh, dh_raw = grads.dh, grads.dh_raw
     p0, p1 = col_bounds[k], col_bounds[k + 1]
@@ -533,6 +537,7 @@ def _backward_rows(t, u0, u1, drk, inputs, weights, unit, saved, grads):
 @njit(**KERNEL)
 def _backward_units(t, k, inputs, weights, options, saved, work, grads):
     """Step ``t`` (backwards) of the units of chunk ``k``: gradient of ``r``, then the gate maths."""
+    full_width()
     dh_raw = grads.dh_raw
     u0, u1 = weights.bounds[k], weights.bounds[k + 1]
     one = saved.gates.dtype.type(1.0)
@@ -628,6 +633,7 @@ def _weight_grads_block(k, x2d, h2d, h0, r2d, dg2d, dh2d, w_x, splits, has_proj,
     previous output) plus, with a projection, rows
     ``proj_rows[k]..proj_rows[k+1]-1`` of its gradient ``r^T @ dh2d``.
     """
+    full_width()
     dx2d, packed_grad, packed_b, d_proj = outs
     fused_weight_grads_block(k, x2d, h2d, h0, dg2d, w_x, splits[:3], dx2d, packed_grad, packed_b)
     if has_proj:

@@ -55,7 +55,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import CALLEE, KERNEL
+from .._jit import CALLEE, KERNEL, full_width
 from ..options import KernelOptions, OpOptions
 from ..spec import backward_unit, forward_unit, unit_options
 from . import microkernel, pool, sync, threads
@@ -230,6 +230,7 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
     function at each compile (it is compiled on its own and again inside the
     forward worker), 0.04 s with a loop each.
     """
+    full_width()
     i_, cs_, f_, o_, ci_, co_, h_ = outs
     ti, tc, tp, to = slots
     batch, units = cs_prev.shape
@@ -328,6 +329,7 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
     does not need ``h_t``, while the other chunks finish. Workers past the
     last chunk only help with the input projection.
     """
+    full_width()
     x2d, cs_prev, h_prev, lengths = inputs
     w_in, w_x, w_rec, bounds, col_off, blocks, fused, bias, peepholes = weights
     wci, wcf, wco = peepholes
@@ -512,6 +514,7 @@ def backward_kernel(cs_prev, saved, incoming, weights, options, work, grads):
 @njit(**KERNEL)
 def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options, work, grads):
     """Worker ``w``'s part of :func:`backward_kernel`: the steps' chunks it claims (:mod:`nblstm.cpu.sync`)."""
+    full_width()
     # The records taken apart once, before the time loop (see forward_worker).
     i_, cs_, f_, o_, ci_, co_ = saved
     cs_grad, h_grad, lengths = incoming
@@ -588,6 +591,7 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in, splits, x_grad2d, w_grad
     and columns ``col_blocks[k]..col_blocks[k+1]-1`` of ``b_grad``. ``w_in``
     is C-contiguous, its first ``I`` rows the input weights.
     """
+    full_width()
     x_rows, w_rows, col_blocks = splits
     batch, depth = h_prev.shape
     inputs = x2d.shape[1]

@@ -10,7 +10,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import KERNEL
+from .._jit import KERNEL, full_width
 from . import threads
 from .partition import MIN_PARALLEL_PACK
 
@@ -19,6 +19,7 @@ __all__ = ["gather", "scatter_add"]
 
 @njit(**KERNEL)
 def _gather_worker(w, workers, src, first, index, shift, dst):
+    full_width()
     steps, batch, width = dst.shape
     zero = dst.dtype.type(0.0)
     for b in range(w, batch, workers):
@@ -36,6 +37,7 @@ def _gather_worker(w, workers, src, first, index, shift, dst):
 
 @njit(**KERNEL)
 def _scatter_add_worker(w, workers, src, index, dst):
+    full_width()
     batch, width = dst.shape[1], dst.shape[2]
     zero = dst.dtype.type(0.0)
     for b in range(w, batch, workers):

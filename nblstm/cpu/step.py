@@ -53,7 +53,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import KERNEL
+from .._jit import KERNEL, full_width
 from ..spec import UnitOptions, clip_value
 from . import half, microkernel, pool
 from .blas import kernel_section, single_threaded_blas
@@ -131,6 +131,7 @@ def step_kernel(x, f, m):
         Sizes, flags and offsets of ``f``'s parts, then the bounds of the
         input projection's row blocks and of the projection's column chunks.
     """
+    full_width()
     one = f.dtype.type(1.0)
     batch, inputs, units, depth, width = m[_B], m[_I], m[_H], m[_P], m[_WIDTH]
     four = 4 * units

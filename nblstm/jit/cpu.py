@@ -41,7 +41,7 @@ from numba.core import cgutils, errors
 from numba.core.imputils import impl_ret_borrowed, lower_builtin, user_function
 from numba.extending import intrinsic, type_callable
 
-from .._jit import KERNEL
+from .._jit import KERNEL, full_width
 from .._validate import check_bool, check_real, check_seq_len_max
 from ..cpu import microkernel
 from ..spec import UnitOptions, backward_unit, forward_unit
@@ -383,6 +383,7 @@ def _units(g, bias, c_prev, peepholes, unit, layout, save, out):
     """The gate maths of one batch row: ``g`` the row's ``[x, h_prev] @ w`` (``[4H]`` or longer), ``c_prev`` its
     ``[H]`` previous cell state, ``peepholes`` the ``[H]`` weights; writes ``out`` (:class:`StepOutputs` of ``[H]``
     rows: only ``cs`` and ``h`` without ``save``). As the fused forward kernel: ``forward_unit(g + b, ...)``."""
+    full_width()
     units = c_prev.shape[0]
     bi, bc, bf, bo = _gate_blocks(layout)
     wci, wcf, wco = peepholes
@@ -420,6 +421,7 @@ def _units_grad(c_prev, saved, grads, carried, peepholes, unit, layout, dicfo, d
     ``layout`` order) and ``dc_out`` (the ``cs_prev`` gradient; it may be ``carried.cs_grad`` or ``grads.cs_grad``:
     each element is read before it is written); adds the row's peephole gradients.
     """
+    full_width()
     units = c_prev.shape[0]
     bi, bc, bf, bo = _gate_blocks(layout)
     i_, cs_, f_, o_, ci_, co_, _ = saved
@@ -457,6 +459,7 @@ def _forward_step(inputs, packed, b, peepholes, unit, layout, scratch, save, out
     """One step on all rows: ``work = [x, h_prev] @ w`` (``scratch`` is ``(z, work)``, ``z`` holds ``[x, h_prev]``),
     then the gate maths into ``out`` (:class:`StepOutputs` of ``[B, H]`` arrays). ``inputs.h_prev`` and
     ``inputs.cs_prev`` are read before any output is written: the outputs may be them."""
+    full_width()
     x, cs_prev, h_prev = inputs
     z, work = scratch
     _join_rows(z, x, h_prev)
@@ -469,6 +472,7 @@ def _forward_step(inputs, packed, b, peepholes, unit, layout, scratch, save, out
 def _backward_step(dicfo, packed_t, inputs, grads):
     """``grads = dicfo @ w.T`` (``[B, I + H]`` padded): the gradients of ``x`` and ``h_prev``; each element one
     accumulator over the 4H gate columns in order (the fused backward's ``dh = dicfo @ w_h^T``)."""
+    full_width()
     _product(dicfo, packed_t, grads, np.bool_(False))
 
 
@@ -477,6 +481,7 @@ def _weight_product(zt, dicfo, w_grad, b_grad):
     """``w_grad += zt @ dicfo`` (``zt: [I + H, R]``, ``dicfo: [R, 4H]``, ``w_grad: [I + H, 4H]`` padded) and
     ``b_grad += dicfo.sum(0)``: each element continues its accumulator over the ``R`` rows in order (fused
     multiply-adds; the bias plain adds)."""
+    full_width()
     rows, gates = dicfo.shape
     width = microkernel.panel_width_of(dicfo)
     packed = np.empty(rows * _padded(gates, dicfo), dicfo.dtype)
@@ -548,6 +553,7 @@ def _step_kernel(inputs, w, b, peepholes, options, save, out):
     """:func:`lstm_step` (``save`` false: only ``out.cs`` and ``out.h`` written, the other fields are ``out.cs``)
     and :func:`lstm_step_train` (``save``): ``inputs`` :class:`StepInputs`, ``peepholes`` :class:`Peepholes`,
     ``options`` :class:`JitOptions`, ``out`` :class:`StepOutputs` of ``[B, H]`` arrays."""
+    full_width()
     x, cs_prev, h_prev = inputs
     batch, inputs_size = x.shape
     units = cs_prev.shape[1]
@@ -588,6 +594,7 @@ def _step_grad_kernel(cs_prev, saved, grads, peepholes, options, out):
     """:func:`lstm_step_grad`: ``saved`` :class:`StepOutputs` (its ``h`` is ``cs``, not read), ``grads``
     :class:`OutputGrads`, ``peepholes`` :class:`Peepholes`, ``options`` :class:`JitOptions`, ``out``
     :class:`StepGrads` (its peephole gradients added to)."""
+    full_width()
     batch, units = cs_prev.shape
     for a in (saved.i, saved.cs, saved.f, saved.o, saved.ci, saved.co, grads.cs_grad, grads.h_grad):
         if _wrong2(a, batch, units):
@@ -628,6 +635,7 @@ def _step_grad_kernel(cs_prev, saved, grads, peepholes, options, out):
 
 @njit(**KERNEL)
 def _step_input_grads_kernel(dicfo, w, out_x_grad, out_h_prev_grad):
+    full_width()
     batch, gates = dicfo.shape
     units = gates // 4
     inputs = w.shape[0] - units
@@ -649,6 +657,7 @@ def _step_input_grads_kernel(dicfo, w, out_x_grad, out_h_prev_grad):
 
 @njit(**KERNEL)
 def _step_weight_grads_kernel(x, h_prev, dicfo, w_grad, b_grad):
+    full_width()
     batch, inputs = x.shape
     units = h_prev.shape[1]
     if _wrong2(h_prev, batch, units) or _wrong2(dicfo, batch, 4 * units):
@@ -695,6 +704,7 @@ def _check_sequence_shapes(inputs, w, seq_len_max):
 def _forward_kernel(inputs, w, b, peepholes, options, seq_len_max, out):
     """:func:`lstm_forward`: ``inputs`` :class:`StepInputs` (``x`` ``[T, B, I]``), ``peepholes``
     :class:`Peepholes`, ``options`` :class:`JitOptions`, ``out`` :class:`StepOutputs` of ``[T, B, H]`` arrays."""
+    full_width()
     steps, batch, inputs_size, units = _check_sequence_shapes(inputs, w, seq_len_max)
     if _wrong1(b, 4 * units):
         raise ValueError("b must be a [4H] array, H = cs_prev.shape[1]")
@@ -729,6 +739,7 @@ def _backward_kernel(inputs, w, peepholes, saved, grads, options, seq_len_max, o
     """:func:`lstm_backward`: ``inputs`` :class:`StepInputs` (``x`` ``[T, B, I]``), ``peepholes``
     :class:`Peepholes`, ``saved`` :class:`StepOutputs` and ``grads`` :class:`OutputGrads` of ``[T, B, H]``
     arrays, ``options`` :class:`JitOptions`, ``out`` :class:`SequenceGrads` (all written)."""
+    full_width()
     steps, batch, inputs_size, units = _check_sequence_shapes(inputs, w, seq_len_max)
     use_peephole = options.use_peephole
     _check_peepholes(use_peephole, peepholes, units)
