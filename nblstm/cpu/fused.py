@@ -312,44 +312,79 @@ def forward_kernel(inputs, weights, rows, parallel_projection, options, work, ou
         workers = max(workers, min(tasks, numba.get_num_threads()))
     workers = min(workers, call_threads(steps * batch * 4 * units * (x2d.shape[1] + units), workers))
     claims, done = sync.counters(steps + 1, max(num_chunks, tasks))
-    threads.run(forward_worker, (claims, done, tuple(inputs), tuple(weights), rows, parallel_projection,
-                                 tuple(options), work, outs), workers)
+    worker = forward_worker if weights.fused else projected_forward_worker
+    threads.run(worker, (claims, done, tuple(inputs), tuple(weights), rows, parallel_projection, tuple(options),
+                         work, outs), workers)
+
+
+@njit(inline="always")
+def _chunk_gates(t, u0, u1, gk, running, blocks, bias, peepholes, unit, cs_prev, outs, slots):
+    """The gate maths of step ``t`` for the units ``u0 .. u1 - 1`` of rows ``0 .. running - 1``, from ``gk [B,
+    width]``, the chunk's products (the input projection's included), into the step's ``slots = (ti, tc, tp,
+    to)`` of ``outs`` (:func:`forward_kernel`). Inlined into both forward workers."""
+    i_, cs_, f_, o_, ci_, co_, h_ = outs
+    wci, wcf, wco = peepholes
+    ti, tc, tp, to = slots
+    units = cs_prev.shape[1]
+    uk = u1 - u0
+    # Gate g of the chunk's units: columns blocks[g] * uk .. of the chunk's
+    # GEMM result, and blocks[g] * H + u0 .. of the bias. Every array is
+    # sliced to the chunk, so that the unit loop indexes from 0 (no
+    # wraparound checks) and LLVM vectorizes it.
+    bi = bias[blocks[0] * units + u0:blocks[0] * units + u1]
+    bc = bias[blocks[1] * units + u0:blocks[1] * units + u1]
+    bf = bias[blocks[2] * units + u0:blocks[2] * units + u1]
+    bo = bias[blocks[3] * units + u0:blocks[3] * units + u1]
+    pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
+    for b in range(running):
+        g = gk[b]
+        gi = g[blocks[0] * uk:(blocks[0] + 1) * uk]
+        gc = g[blocks[1] * uk:(blocks[1] + 1) * uk]
+        gf = g[blocks[2] * uk:(blocks[2] + 1) * uk]
+        go = g[blocks[3] * uk:(blocks[3] + 1) * uk]
+        c_src = cs_prev[b, u0:u1] if t == 0 else cs_[tp, b, u0:u1]
+        i_r, cs_r, f_r, o_r = i_[ti, b, u0:u1], cs_[tc, b, u0:u1], f_[ti, b, u0:u1], o_[ti, b, u0:u1]
+        ci_r, co_r, h_r = ci_[ti, b, u0:u1], co_[to, b, u0:u1], h_[t, b, u0:u1]
+        for jj in range(uk):
+            i, ci, f, o, cs, co, h = forward_unit(
+                gi[jj] + bi[jj], gc[jj] + bc[jj], gf[jj] + bf[jj], go[jj] + bo[jj], c_src[jj],
+                (pi[jj], pf[jj], po[jj]), unit,
+            )
+            i_r[jj] = i
+            ci_r[jj] = ci
+            f_r[jj] = f
+            o_r[jj] = o
+            cs_r[jj] = cs
+            co_r[jj] = co
+            h_r[jj] = h
 
 
 @njit(**KERNEL)
 def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, options, work, outs):
-    """Worker ``w``'s part of :func:`forward_kernel` (``claims, done``: :func:`nblstm.cpu.sync.counters` of
-    ``S + 1`` stages: the input projection, then the steps).
+    """Worker ``w``'s part of :func:`forward_kernel` with the fused projection (``weights.fused``): each step's
+    gates are ``x_t @ w_x + h_{t-1} @ w_rec`` (``claims, done``: :func:`nblstm.cpu.sync.counters` of ``S + 1``
+    stages, the first one unused).
 
     Worker ``w`` takes chunk ``w`` of each step, then any chunk still
     unclaimed, and waits for the whole step before the next
-    (:mod:`nblstm.cpu.sync`). With the fused projection, when it did its own
-    chunk (whose workspace nobody else then uses), it claims that chunk of
-    the next step before waiting, and computes its ``x_{t+1} @ w_x``, which
-    does not need ``h_t``, while the other chunks finish. Workers past the
-    last chunk only help with the input projection.
+    (:mod:`nblstm.cpu.sync`). When it did its own chunk (whose workspace
+    nobody else then uses), it claims that chunk of the next step before
+    waiting, and computes its ``x_{t+1} @ w_x``, which does not need
+    ``h_t``, while the other chunks finish. The other path is a worker of
+    its own (:func:`projected_forward_worker`): a first call compiles only
+    the one it takes (the ops' first forward and backward on an empty cache
+    took 7.0 s with both in one worker, 6.3 s with this one alone here).
     """
     full_width()
+    # The records taken apart once, before the time loop: a function taking
+    # them would take them apart at every step (0.15 us a step).
     x2d, cs_prev, h_prev, lengths = inputs
-    w_in, w_x, w_rec, bounds, col_off, blocks, fused, bias, peepholes = weights
-    wci, wcf, wco = peepholes
+    _, w_x, w_rec, bounds, col_off, blocks, _, bias, peepholes = weights
     i_, cs_, f_, o_, ci_, co_, h_ = outs
     unit = unit_options(KernelOptions(*options), cs_.dtype.type(1.0), np.int64(0))  # the fused ops: tanh, sigmoid
     batch, units = cs_prev.shape
     steps = x2d.shape[0] // batch
-    total = i_.shape[0] * batch
     stride = claims.shape[0] // (done.shape[0] - 1)
-    pre = (i_.reshape((total, units)), ci_.reshape((total, units)), f_.reshape((total, units)),
-           o_.reshape((total, units)))
-    tasks = 0 if fused else 4 * (rows.shape[0] - 1)
-    if tasks:  # stage 0, the input projection: on worker 0 alone when it is small
-        if parallel_projection or w == 0:
-            for j in range(tasks):
-                k = sync.claimed(claims, done, np.int64(0), w, tasks, np.bool_(False), j)
-                if k >= 0:
-                    _input_projection(x2d, w_in, pre, rows, k)
-                    sync.count_done(done, np.int64(0), tasks)
-        sync.wait_for(done, np.int64(0), tasks)
     num_chunks = bounds.shape[0] - 1
     if w >= num_chunks:
         return
@@ -361,11 +396,69 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
         for j in range(num_chunks):
             k = sync.claimed(claims, done, t + 1, w, num_chunks, x_ready, j)
             if k >= 0:
-                mine = x_ready and k == w
-                # Step t of the units of chunk k: the GEMMs of the gates, then
-                # the gate maths (written out here, not called: the records'
-                # arrays are taken apart once, before the time loop, where a
-                # function would take them apart at every step, 0.15 us a step).
+                # Step t of the units of chunk k: the GEMMs of the gates, then the gate maths.
+                u0 = bounds[k]
+                u1 = bounds[k + 1]
+                col0 = col_off[k]
+                width = col_off[k + 1] - col0
+                h_src = h_prev if t == 0 else h_[t - 1]
+                # The step's slot of each output: step t itself, or a slot of a
+                # short array that an inference call reuses (forward_kernel).
+                slots = (t % i_.shape[0], t % cs_.shape[0], (t - 1) % cs_.shape[0], t % co_.shape[0])
+                if not (x_ready and k == w):
+                    _input_part(t, k, col_off, x2d, w_x, work, batch, running)
+                # Offsets and flags as int64 and bool values, never literals: each
+                # literal would compile the micro-kernel again.
+                microkernel.gemm_panels(flat(h_src), np.int64(0), units, running, w_rec, units * col0, units,
+                                         width // microkernel.panel_width_of(w_rec), work, batch * col0, width,
+                                         np.bool_(True))
+                _chunk_gates(t, u0, u1, work[batch * col0:batch * (col0 + width)].reshape((batch, width)), running,
+                             blocks, bias, peepholes, unit, cs_prev, outs, slots)
+                if not full:  # past an example's length (a function of its own: see _carry_state)
+                    _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots)
+                own_done = own_done or k == w
+                sync.count_done(done, t + 1, num_chunks)
+        x_ready = own_done and t + 1 < steps and sync.claim(claims, t + 2, w, stride)
+        if x_ready:
+            _input_part(t + 1, w, col_off, x2d, w_x, work, batch, _running(t + 1, lengths, batch))
+        sync.wait_for(done, t + 1, num_chunks)
+
+
+@njit(**KERNEL)
+def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, options, work, outs):
+    """Worker ``w``'s part of :func:`forward_kernel` without the fused projection: stage 0 of ``claims, done``
+    is the input projection of every step (BLAS GEMMs into ``i_, ci_, f_, o_``, on worker 0 alone when it is
+    small), then each step adds it to its recurrent product. Workers past the last chunk only help with the
+    projection; the steps as in :func:`forward_worker`.
+    """
+    full_width()
+    x2d, cs_prev, h_prev, lengths = inputs
+    w_in, _, w_rec, bounds, col_off, blocks, _, bias, peepholes = weights
+    i_, cs_, f_, o_, ci_, co_, h_ = outs
+    unit = unit_options(KernelOptions(*options), cs_.dtype.type(1.0), np.int64(0))  # the fused ops: tanh, sigmoid
+    batch, units = cs_prev.shape
+    steps = x2d.shape[0] // batch
+    total = i_.shape[0] * batch
+    pre = (i_.reshape((total, units)), ci_.reshape((total, units)), f_.reshape((total, units)),
+           o_.reshape((total, units)))
+    tasks = 4 * (rows.shape[0] - 1)
+    if tasks:
+        if parallel_projection or w == 0:
+            for j in range(tasks):
+                k = sync.claimed(claims, done, np.int64(0), w, tasks, np.bool_(False), j)
+                if k >= 0:
+                    _input_projection(x2d, w_in, pre, rows, k)
+                    sync.count_done(done, np.int64(0), tasks)
+        sync.wait_for(done, np.int64(0), tasks)
+    num_chunks = bounds.shape[0] - 1
+    if w >= num_chunks:
+        return
+    full = lengths.shape[0] == 0
+    for t in range(steps):
+        running = _running(t, lengths, batch)
+        for j in range(num_chunks):
+            k = sync.claimed(claims, done, t + 1, w, num_chunks, np.bool_(False), j)
+            if k >= 0:
                 u0 = bounds[k]
                 u1 = bounds[k + 1]
                 uk = u1 - u0
@@ -373,60 +466,21 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
                 width = col_off[k + 1] - col0
                 gk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
                 h_src = h_prev if t == 0 else h_[t - 1]
-                # The step's slot of each output: step t itself, or a slot of a
-                # short array that an inference call reuses (forward_kernel).
-                ti, tc, tp, to = t % i_.shape[0], t % cs_.shape[0], (t - 1) % cs_.shape[0], t % co_.shape[0]
-                panels = width // microkernel.panel_width_of(w_rec)
-                if fused and not mine:
-                    _input_part(t, k, col_off, x2d, w_x, work, batch, running)
-                # Offsets and flags as int64 and bool values, never literals: each
-                # literal would compile the micro-kernel again.
+                slots = (t % i_.shape[0], t % cs_.shape[0], (t - 1) % cs_.shape[0], t % co_.shape[0])
+                ti = slots[0]
                 microkernel.gemm_panels(flat(h_src), np.int64(0), units, running, w_rec, units * col0, units,
-                                         panels, work, batch * col0, width, fused)
-                if not fused:  # add the input projection
-                    for b in range(running):
-                        g = gk[b]
-                        _add_to(g[blocks[0] * uk:(blocks[0] + 1) * uk], i_[ti, b, u0:u1])
-                        _add_to(g[blocks[1] * uk:(blocks[1] + 1) * uk], ci_[ti, b, u0:u1])
-                        _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[ti, b, u0:u1])
-                        _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[ti, b, u0:u1])
-                # Gate g of the chunk's units: columns blocks[g] * uk .. of the
-                # chunk's GEMM result, and blocks[g] * H + u0 .. of the bias. Every
-                # array is sliced to the chunk, so that the unit loop indexes from 0
-                # (no wraparound checks) and LLVM vectorizes it.
-                bi = bias[blocks[0] * units + u0:blocks[0] * units + u1]
-                bc = bias[blocks[1] * units + u0:blocks[1] * units + u1]
-                bf = bias[blocks[2] * units + u0:blocks[2] * units + u1]
-                bo = bias[blocks[3] * units + u0:blocks[3] * units + u1]
-                pi, pf, po = wci[u0:u1], wcf[u0:u1], wco[u0:u1]
-                for b in range(running):
+                                         width // microkernel.panel_width_of(w_rec), work, batch * col0, width,
+                                         np.bool_(False))
+                for b in range(running):  # add the input projection
                     g = gk[b]
-                    gi = g[blocks[0] * uk:(blocks[0] + 1) * uk]
-                    gc = g[blocks[1] * uk:(blocks[1] + 1) * uk]
-                    gf = g[blocks[2] * uk:(blocks[2] + 1) * uk]
-                    go = g[blocks[3] * uk:(blocks[3] + 1) * uk]
-                    c_src = cs_prev[b, u0:u1] if t == 0 else cs_[tp, b, u0:u1]
-                    i_r, cs_r, f_r, o_r = i_[ti, b, u0:u1], cs_[tc, b, u0:u1], f_[ti, b, u0:u1], o_[ti, b, u0:u1]
-                    ci_r, co_r, h_r = ci_[ti, b, u0:u1], co_[to, b, u0:u1], h_[t, b, u0:u1]
-                    for jj in range(uk):
-                        i, ci, f, o, cs, co, h = forward_unit(
-                            gi[jj] + bi[jj], gc[jj] + bc[jj], gf[jj] + bf[jj], go[jj] + bo[jj], c_src[jj],
-                            (pi[jj], pf[jj], po[jj]), unit,
-                        )
-                        i_r[jj] = i
-                        ci_r[jj] = ci
-                        f_r[jj] = f
-                        o_r[jj] = o
-                        cs_r[jj] = cs
-                        co_r[jj] = co
-                        h_r[jj] = h
-                if not full:  # past an example's length (a function of its own: see _carry_state)
-                    _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, (ti, tc, tp, to))
-                own_done = own_done or k == w
+                    _add_to(g[blocks[0] * uk:(blocks[0] + 1) * uk], i_[ti, b, u0:u1])
+                    _add_to(g[blocks[1] * uk:(blocks[1] + 1) * uk], ci_[ti, b, u0:u1])
+                    _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[ti, b, u0:u1])
+                    _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[ti, b, u0:u1])
+                _chunk_gates(t, u0, u1, gk, running, blocks, bias, peepholes, unit, cs_prev, outs, slots)
+                if not full:
+                    _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots)
                 sync.count_done(done, t + 1, num_chunks)
-        x_ready = fused and own_done and t + 1 < steps and sync.claim(claims, t + 2, w, stride)
-        if x_ready:
-            _input_part(t + 1, w, col_off, x2d, w_x, work, batch, _running(t + 1, lengths, batch))
         sync.wait_for(done, t + 1, num_chunks)
 
 
