@@ -62,8 +62,12 @@ def full_width(typingctx):
 
     def codegen(context, builder, signature, args):
         # llvmlite's FunctionAttributes takes only LLVM's keyword attributes; a string attribute is written out
-        # as it is given (the set's own add, past that check).
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        # as it is given (the set's own add, past that check). Should a later llvmlite keep its attributes
+        # otherwise, the hint is left out: the loops then vectorize at LLVM's preferred width, as before.
+        try:
+            set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        except (TypeError, AttributeError):
+            pass
         return context.get_dummy_value()
 
     return types.none(), codegen

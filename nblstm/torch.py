@@ -305,7 +305,7 @@ class LSTM(torch.nn.Module):
                 w.update(w_i_diag=p["weight_ci"].copy(), w_f_diag=p["weight_cf"].copy(),
                          w_o_diag=p["weight_co"].copy())
             if self.proj_size:
-                w["projection/kernel"] = np.ascontiguousarray(p["weight_hr"].T)
+                w["projection/kernel"] = p["weight_hr"].T.copy()  # a copy even where .T is C-contiguous (P = 1)
             cells.append(w)
         self._layer.set_cell_weights(cells, copy=False)  # arrays made here, for the layer alone
         return self._layer

@@ -1653,6 +1653,12 @@ def test_set_cell_weights_copies_unless_told_not_to():
     copied, kept = nblstm.LSTM(3, 4), nblstm.LSTM(3, 4)
     copied.set_cell_weights(cells)
     kept.set_cell_weights([dict(c) for c in cells], copy=False)
+    assert not np.shares_memory(copied.cells[0]._weights["kernel"], cells[0]["kernel"])
+    assert kept.cells[0]._weights["kernel"] is cells[0]["kernel"]
+    view = {"kernel": np.vstack([cells[0]["kernel"]] * 2)[:7], "bias": cells[0]["bias"]}  # not its own memory
+    viewed = nblstm.LSTM(3, 4)
+    viewed.set_cell_weights([view], copy=False)
+    assert not np.shares_memory(viewed.cells[0]._weights["kernel"], view["kernel"])
     expected = copied(x)[0]
     np.testing.assert_array_equal(kept(x)[0], expected)
     cells[0]["kernel"][:] = 0.0  # the caller's array, changed after the call

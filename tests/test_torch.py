@@ -383,3 +383,29 @@ def test_the_kernels_run_on_pytorchs_openmp_threads(monkeypatch):
             "print(nt._TEAM is not None and nt._TEAM.run(lambda w: None, (), 2) is None)")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert found.stdout.strip() == "True", found.stderr
+
+
+def test_weights_changed_between_forward_and_backward_do_not_reach_the_gradients():
+    """The layer keeps its own weights (``set_cell_weights(copy=False)`` takes only arrays made for it): a
+    parameter changed in place after the forward leaves the backward's gradients as they were, a projection
+    of one unit (whose transpose is C-contiguous) included."""
+    for proj_size in (1, 2):
+        torch.manual_seed(0)
+        module = nt.LSTM(3, 4, proj_size=proj_size, use_peepholes=True)
+        x = torch.randn(5, 2, 3)
+        grads = []
+        for change in (False, True):
+            module.zero_grad()
+            out = module(x)[0]
+            if change:
+                with torch.no_grad():
+                    for p in module.parameters():
+                        p.mul_(2.0)
+            out.sum().backward()
+            grads.append([p.grad.clone() for p in module.parameters()])
+            if change:
+                with torch.no_grad():
+                    for p in module.parameters():
+                        p.mul_(0.5)
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -7,6 +7,7 @@ functions called one element at a time, past every branch of their range
 reduction, and on the kernels that carry it.
 """
 
+import llvmlite.binding as llb
 import numpy as np
 from numba import njit
 
@@ -42,6 +43,10 @@ def test_wide_loops_give_the_scalar_bits():
     x = _inputs()
     got_sigmoid, got_tanh = np.empty_like(x), np.empty_like(x)
     _wide(x, got_sigmoid, got_tanh)
+    if llb.get_host_cpu_features().get("avx512f", False):  # the loop is vectorized, and at 512 bits
+        fresh = njit(**{**KERNEL, "cache": False})(_wide.py_func)
+        fresh.compile(_wide.signatures[0])
+        assert "zmm" in fresh.inspect_asm(_wide.signatures[0])
     expected = np.array([_one(v) for v in x], np.float32)
     np.testing.assert_array_equal(got_sigmoid.view(np.uint32), expected[:, 0].view(np.uint32))
     np.testing.assert_array_equal(got_tanh.view(np.uint32), expected[:, 1].view(np.uint32))
@@ -58,7 +63,9 @@ def test_the_kernels_carry_the_attribute():
     w = np.full((I + H, 4 * H), 0.1, np.float32)
     out = nblstm.block_lstm(x, c, c, w, np.zeros(4 * H, np.float32))
     nblstm.block_lstm_grad(x, c, c, w, out, None, np.ones_like(out.h))
-    for kernel in (fused.forward_worker, fused.backward_worker):
+    c1 = np.zeros((1, H), np.float32)
+    nblstm.block_lstm(x[:, :1], c1, c1, w, np.zeros(4 * H, np.float32))  # batch 1: the projection before the loop
+    for kernel in (fused.forward_worker, fused.projected_forward_worker, fused.backward_worker):
         fresh = njit(**{**KERNEL, "cache": False})(kernel.py_func)
         signature = kernel.signatures[0]
         fresh.compile(signature)

@@ -1078,7 +1078,8 @@ def set_checked_weights(cell, checked):
     """:meth:`LSTMCell.set_weights` with what :func:`nblstm.cell.weights.checked_weights` returned for ``cell``.
 
     ``checked``: ``(weights, input_depth, dtype)``, the weights being the
-    check's own copies. For :class:`nblstm.LSTM`, which checks every cell's
+    check's own copies (or arrays the caller made for the cell:
+    ``LSTM.set_cell_weights(copy=False)``). For :class:`nblstm.LSTM`, which checks every cell's
     weights before it replaces any: checked once, not again (``nblstm.torch.LSTM``
     sets its layer's weights at every step).
     """

@@ -49,7 +49,7 @@ def initial_weights(shapes, dtype, initializer, seed):
 
 
 def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dtype, owned=()):
-    """Validated copies of new variables for a cell; returns ``(weights, input_depth, dtype)``.
+    """Validated variables for a cell, copies unless ``owned``; returns ``(weights, input_depth, dtype)``.
 
     Parameters
     ----------
@@ -68,8 +68,9 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
     owned : collection of str, optional
         Names of arrays that the caller made for the cell and will not
         touch again (``nblstm.torch.LSTM``'s kernel, rebuilt at every
-        step): kept as they are when C-contiguous, where every other array
-        is copied.
+        step): kept as they are when they are C-contiguous and own their
+        memory (a view of someone else's is copied all the same), where
+        every other array is copied.
 
     Raises
     ------
@@ -124,8 +125,8 @@ def checked_weights(weights, num_units, num_proj, use_peepholes, input_depth, dt
             raise ValueError(f"weights[{n!r}] has non-finite values")
     # C-contiguous copies: the kernels' packing reads rows (a transposed view, as the converters give, is
     # transposed here once).
-    return ({n: np.ascontiguousarray(arrays[n]) if n in owned else np.array(arrays[n], copy=True, order="C")
-             for n in expected}, found_depth, dtype)
+    return ({n: arrays[n] if n in owned and arrays[n].flags.owndata and arrays[n].flags.c_contiguous
+             else np.array(arrays[n], copy=True, order="C") for n in expected}, found_depth, dtype)
 
 
 def save(path, config, weights):

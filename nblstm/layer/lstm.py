@@ -210,9 +210,10 @@ class LSTM:
         arrays must have the layer's dtype (as :meth:`nblstm.LSTMCell.set_weights`);
         every cell's weights are checked before any is replaced. They are
         copied, unless ``copy`` is false: then the layer keeps the
-        C-contiguous NumPy arrays themselves (the caller made them for it and
-        will not change them: ``nblstm.torch.LSTM``'s, made at every training
-        step, where the copy took 0.2 ms a step at ``I = H = 256``).
+        C-contiguous NumPy arrays that own their memory as they are (the
+        caller made them for it and will not change them:
+        ``nblstm.torch.LSTM``'s, made at every training step, where the copy
+        took 0.2 ms a step at ``I = H = 256``); views are copied all the same.
         """
         if not isinstance(cells, (list, tuple)) or len(cells) != len(self.cells):
             raise ValueError(f"cells must be a list of {len(self.cells)} weight dicts (num_layers * num_directions)")
