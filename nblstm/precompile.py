@@ -183,7 +183,8 @@ def _lstm_cell(dtype):
         cell = LSTMCell(4, num_proj=3, activation=activation, dtype=dtype, seed=0)
         cell.vjp(x, sequence_length=[2, 1])[1]()
     for storage in _storage_dtypes(dtype):  # nblstm.torch.LSTM's weights and gradients, in its layouts
-        transpose_gates(np.ones((8, 3), storage), np.empty((3, 8), storage), (0, 2, 1, 3), True)
+        transpose_gates([(np.ones((8, 3), storage), np.empty((3, 8), storage)),
+                         (np.ones((8, 2), storage), np.empty((2, 8), storage))], (0, 2, 1, 3), True)
 
 
 def _stepper(dtype):

@@ -107,23 +107,17 @@ def _same_bits(kept, params):
     return True
 
 
-def _transpose_gates(torch_part, cell_part, to_cell):
-    """PyTorch's ``[4H, N]`` rows and the cell's ``[N, 4H]`` columns, one the other's transpose, gate by gate.
-
-    ``to_cell``: ``cell_part`` is written from ``torch_part``; else the other
-    way. One tiled copy (:func:`nblstm.cpu.pack.transpose_gates`): NumPy's
-    transposing copy took 10x as long at ``I = H = 256``, and the weights and
-    their gradients go through here at every step.
-    """
-    transpose_gates(np.ascontiguousarray(torch_part) if to_cell else torch_part, cell_part, SWAP_CF_BLOCKS, to_cell)
-
-
 def _cell_kernel(weight_ih, weight_hh):
-    """The cell's ``kernel [I + P, 4H]`` (ICFO columns, C-contiguous) from PyTorch's ``[4H, I]`` and ``[4H, P]``."""
+    """The cell's ``kernel [I + P, 4H]`` (ICFO columns, C-contiguous) from PyTorch's ``[4H, I]`` and ``[4H, P]``.
+
+    One tiled copy per matrix, the two at once (:func:`nblstm.cpu.pack.transpose_gates`): NumPy's transposing
+    copy took 10x as long at ``I = H = 256``, and the weights and their gradients go through here at every
+    step.
+    """
     inputs = weight_ih.shape[1]
     kernel = np.empty((inputs + weight_hh.shape[1], weight_ih.shape[0]), weight_ih.dtype)
-    _transpose_gates(weight_ih, kernel[:inputs], True)
-    _transpose_gates(weight_hh, kernel[inputs:], True)
+    transpose_gates([(np.ascontiguousarray(weight_ih), kernel[:inputs]),
+                     (np.ascontiguousarray(weight_hh), kernel[inputs:])], SWAP_CF_BLOCKS, True)
     return kernel
 
 
@@ -132,8 +126,7 @@ def _torch_weight_grads(d_kernel, inputs):
     gates = d_kernel.shape[1]
     d_ih = np.empty((gates, inputs), d_kernel.dtype)
     d_hh = np.empty((gates, d_kernel.shape[0] - inputs), d_kernel.dtype)
-    _transpose_gates(d_ih, d_kernel[:inputs], False)
-    _transpose_gates(d_hh, d_kernel[inputs:], False)
+    transpose_gates([(d_ih, d_kernel[:inputs]), (d_hh, d_kernel[inputs:])], SWAP_CF_BLOCKS, False)
     return d_ih, d_hh
 
 

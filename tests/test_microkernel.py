@@ -191,23 +191,37 @@ def test_transpose_gates_moves_the_bits_of_each_gate_block(dtype):
             expected[:, g * units:(g + 1) * units] = rows[k * units:(k + 1) * units].T
         big = np.full((width + 2, 4 * units), 7, dtype)  # rows of a larger array: a C-contiguous slice
         columns = big[1:-1]
-        transpose_gates(rows, columns, blocks, True)
+        transpose_gates([(rows, columns)], blocks, True)
         bits = f"u{rows.itemsize}"
         np.testing.assert_array_equal(columns.view(bits), expected.view(bits))
         assert (big[0] == 7).all() and (big[-1] == 7).all()  # nothing written outside
         back = np.full_like(rows, np.nan)
-        transpose_gates(back, columns, blocks, False)
+        transpose_gates([(back, columns)], blocks, False)
         np.testing.assert_array_equal(back.view(bits), rows.view(bits))
     with pytest.raises(ValueError, match="expected"):
-        transpose_gates(np.zeros((8, 3), dtype), np.zeros((8, 3), dtype), blocks, True)
+        transpose_gates([(np.zeros((8, 3), dtype), np.zeros((8, 3), dtype))], blocks, True)
     with pytest.raises(ValueError, match="expected"):
-        transpose_gates(np.zeros((8, 3), dtype), np.zeros((3, 8), np.int8), blocks, True)
+        transpose_gates([(np.zeros((8, 3), dtype), np.zeros((3, 8), np.int8))], blocks, True)
     with pytest.raises(ValueError, match="permutation"):
-        transpose_gates(np.zeros((8, 3), dtype), np.zeros((3, 8), dtype), (0, 1, 1, 3), True)
+        transpose_gates([(np.zeros((8, 3), dtype), np.zeros((3, 8), dtype))], (0, 1, 1, 3), True)
     with pytest.raises(ValueError, match="expected"):
-        transpose_gates(np.zeros(8, dtype), np.zeros((3, 8), dtype), blocks, True)
+        transpose_gates([(np.zeros(8, dtype), np.zeros((3, 8), dtype))], blocks, True)
     with pytest.raises(ValueError, match="C-contiguous"):
-        transpose_gates(np.zeros((8, 6), dtype)[:, ::2], np.zeros((3, 8), dtype), blocks, True)
+        transpose_gates([(np.zeros((8, 6), dtype)[:, ::2], np.zeros((3, 8), dtype))], blocks, True)
+    # Two pairs at once, one a thread, each with its own shape.
+    first = rng.standard_normal((4 * 300, 200)).astype(dtype)
+    second = rng.standard_normal((4 * 300, 100)).astype(dtype)
+    out_first, out_second = np.empty((200, 4 * 300), dtype), np.empty((100, 4 * 300), dtype)
+    transpose_gates([(first, out_first), (second, out_second)], blocks, True)
+    for rows, columns in ((first, out_first), (second, out_second)):
+        alone = np.empty_like(columns)
+        transpose_gates([(rows, alone)], blocks, True)
+        np.testing.assert_array_equal(columns.view(f"u{rows.itemsize}"), alone.view(f"u{rows.itemsize}"))
+    with pytest.raises(ValueError, match="one or two"):
+        transpose_gates([(first, out_first)] * 3, blocks, True)
+    with pytest.raises(ValueError, match="item size"):
+        other = np.float32 if dtype == np.float64 else np.float64
+        transpose_gates([(first, out_first), (second.astype(other), out_second.astype(other))], blocks, True)
 
 
 def test_nblstm_info_names_the_tile_chosen_for_this_cpu():

@@ -10,9 +10,9 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import KERNEL
+from .._jit import CALLEE, KERNEL
 from . import microkernel, pool, threads
-from .partition import MIN_PARALLEL_PACK
+from .partition import MIN_PARALLEL_PACK, MIN_PARALLEL_TRANSPOSE
 from .views import flat
 
 __all__ = ["gate_weights", "pack_chunks", "pack_recurrent", "transpose_gates"]
@@ -118,36 +118,56 @@ def _copy_gate_row(w, blocks, w_in, task):
 _TRANSPOSE_TILE = 16
 
 
-def transpose_gates(rows, columns, blocks, to_columns):
+def transpose_gates(pairs, blocks, to_columns):
     """Gate blocks of ``rows [4H, N]`` (``H`` rows each) and of ``columns [N, 4H]`` (``H`` columns each), each
-    the other's transpose: block ``k`` of ``rows`` is block ``blocks[k]`` of ``columns``.
+    the other's transpose, for each ``(rows, columns)`` of ``pairs``: block ``k`` of ``rows`` is block
+    ``blocks[k]`` of ``columns``.
 
     ``to_columns``: ``columns`` is written from ``rows``; else the other
-    way. Both C-contiguous, of one dtype (the bits are moved: one compiled
-    kernel per item size). ``nblstm.torch.LSTM``'s weights (PyTorch's
-    ``[4H, N]`` gate rows into the cell's ``[N, 4H]`` columns) go through it
-    at every training step, and their gradients back: in ``16 x 16`` tiles,
-    one call for the whole matrix, 0.12 ms at ``H = N = 256`` here where a
-    strided copy per gate block took 0.40 ms and NumPy's transposing copy
-    1.2 ms (its columns of a power-of-two row length land in the same few
-    cache sets).
+    way. One or two pairs, all C-contiguous, of one item size (the bits are
+    moved: one compiled kernel per item size). ``nblstm.torch.LSTM``'s
+    weights (PyTorch's ``[4H, I]`` and ``[4H, H]`` gate rows into the cell's
+    ``[I + H, 4H]`` columns) go through it at every training step, and their
+    gradients back: in ``16 x 16`` tiles, 0.12 ms a matrix at ``H = N = 256``
+    here where a strided copy per gate block took 0.40 ms and NumPy's
+    transposing copy 1.2 ms (its columns of a power-of-two row length land in
+    the same few cache sets). The pairs run at once, one a thread
+    (:data:`~nblstm.cpu.partition.MIN_PARALLEL_TRANSPOSE`).
     """
     if sorted(blocks) != [0, 1, 2, 3]:
         raise ValueError(f"blocks must be a permutation of 0, 1, 2, 3, got {blocks}")
-    units = rows.shape[0] // 4 if rows.ndim == 2 else 0
-    if (rows.ndim != 2 or columns.ndim != 2 or rows.shape[0] != 4 * units or columns.shape != rows.shape[::-1]
-            or rows.dtype != columns.dtype):
-        raise ValueError(f"rows {rows.shape} {rows.dtype} and columns {columns.shape} {columns.dtype}: expected "
-                         "[4H, N] and [N, 4H] of one dtype")
-    if not (rows.flags.c_contiguous and columns.flags.c_contiguous):
-        raise ValueError("transpose_gates takes C-contiguous arrays")
-    if rows.size == 0:
+    pairs = list(pairs)
+    if len(pairs) not in (1, 2):
+        raise ValueError(f"transpose_gates takes one or two (rows, columns) pairs, got {len(pairs)}")
+    for rows, columns in pairs:
+        units = rows.shape[0] // 4 if rows.ndim == 2 else 0
+        if (rows.ndim != 2 or columns.ndim != 2 or rows.shape[0] != 4 * units or columns.shape != rows.shape[::-1]
+                or rows.dtype != columns.dtype or rows.itemsize != pairs[0][0].itemsize):
+            raise ValueError(f"rows {rows.shape} {rows.dtype} and columns {columns.shape} {columns.dtype}: expected "
+                             "[4H, N] and [N, 4H] of one dtype, the item size of every pair's")
+        if not (rows.flags.c_contiguous and columns.flags.c_contiguous):
+            raise ValueError("transpose_gates takes C-contiguous arrays")
+    pairs = [(rows.view(f"u{rows.itemsize}"), columns.view(f"u{rows.itemsize}")) for rows, columns in pairs
+             if rows.size]
+    if not pairs:
         return
-    bits = np.dtype(f"u{rows.itemsize}")
-    _transpose_tiles(rows.view(bits), columns.view(bits), np.asarray(blocks, np.int64), np.bool_(to_columns))
+    small = sum(rows.size for rows, _ in pairs) < MIN_PARALLEL_TRANSPOSE
+    (rows_a, columns_a), (rows_b, columns_b) = pairs[0], pairs[-1]  # one pair: the same twice, one worker
+    threads.run(_transpose_worker, (rows_a, columns_a, rows_b, columns_b, np.asarray(blocks, np.int64),
+                                    np.bool_(to_columns)), len(pairs), 1 if small else None)
 
 
 @njit(**KERNEL)
+def _transpose_worker(w, rows_a, columns_a, rows_b, columns_b, blocks, to_columns):
+    """Pair ``w`` of :func:`transpose_gates` (its arrays as unsigned integers; arguments of their own, not a
+    tuple, which numba indexes by a run-time ``w`` only where every array has one type)."""
+    if w == 0:
+        _transpose_tiles(rows_a, columns_a, blocks, to_columns)
+    else:
+        _transpose_tiles(rows_b, columns_b, blocks, to_columns)
+
+
+@njit(**CALLEE)
 def _transpose_tiles(rows, columns, blocks, to_columns):
     """Block ``k`` of ``rows`` into block ``blocks[k]`` of ``columns`` transposed (``to_columns``), else the other
     way, tile by tile: each tile written along its destination's rows (strided reads, contiguous writes; the
