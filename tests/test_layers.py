@@ -1666,3 +1666,13 @@ def test_set_cell_weights_copies_unless_told_not_to():
     with pytest.raises(ValueError, match="non-finite"):
         kept.set_cell_weights([{"kernel": np.full((7, 16), np.nan, np.float32), "bias": cells[0]["bias"]}],
                               copy=False)
+    bias = cells[0]["bias"]
+    with pytest.raises(ValueError, match="6 rows; expected 7"):  # every check made as with copies
+        kept.set_cell_weights([{"kernel": np.zeros((6, 16), np.float32), "bias": bias}], copy=False)
+    with pytest.raises(TypeError, match="dtype"):
+        kept.set_cell_weights([{"kernel": np.zeros((7, 16), np.float64), "bias": bias}], copy=False)
+    with pytest.raises(TypeError, match="NumPy array"):  # not an array of any kind
+        kept.set_cell_weights([{"kernel": object(), "bias": bias}], copy=False)
+    with pytest.raises(TypeError, match="copy must be a bool"):
+        kept.set_cell_weights(cells, copy="no")
+    np.testing.assert_array_equal(kept(x)[0], expected)  # a refused call replaced nothing

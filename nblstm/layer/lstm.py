@@ -215,6 +215,7 @@ class LSTM:
         ``nblstm.torch.LSTM``'s, made at every training step, where the copy
         took 0.2 ms a step at ``I = H = 256``); views are copied all the same.
         """
+        copy = v.check_bool("copy", copy)
         if not isinstance(cells, (list, tuple)) or len(cells) != len(self.cells):
             raise ValueError(f"cells must be a list of {len(self.cells)} weight dicts (num_layers * num_directions)")
         checked = []
@@ -224,10 +225,12 @@ class LSTM:
                 if "bias" in w:
                     raise ValueError(f"cell {k} has a bias but the layer has bias=False")
                 w["bias"] = np.zeros(4 * self.hidden_size, self.dtype)
-            w = {n: np.asarray(v.to_host(a) if not isinstance(a, np.ndarray) else a) for n, a in w.items()}
+            # Arrays of any kind (GPU arrays, tensors) are taken to the host by checked_weights, which names
+            # anything else it is given.
             expected_in = cell.input_depth + cell.output_size
-            if "kernel" in w and w["kernel"].shape[0] != expected_in:
-                raise ValueError(f"cell {k} ({self._prefix(k)[:-1]}): kernel has {w['kernel'].shape[0]} rows; "
+            shape = tuple(getattr(w.get("kernel"), "shape", ()))
+            if shape and shape[0] != expected_in:
+                raise ValueError(f"cell {k} ({self._prefix(k)[:-1]}): kernel has {shape[0]} rows; "
                                  f"expected {expected_in} (its input depth {cell.input_depth} + output depth "
                                  f"{cell.output_size})")
             try:  # every cell's weights validated (and copied) before any is replaced
