@@ -1633,6 +1633,31 @@ def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, so
     assert sched.by_length(np.sort(lengths)[::-1]) is None and sched.by_length(np.array([4])) is None
 
 
+@pytest.mark.parametrize("input_size", [5, 300], ids=["projection in the steps", "projection on BLAS"])
+@pytest.mark.parametrize("lengths", [[7, 7, 5, 3, 3, 1, 0, 0, 0], [7, 6, 5, 4, 3, 2, 2, 1, 1], [2] * 9, [0] * 9],
+                         ids=str)
+def test_inference_zeroes_finished_examples_instead_of_carrying_them(input_size, lengths):
+    """With the examples longest first, an inference call's kernels zero a finished example's outputs and carry
+    nothing of it (cpu.fused.zeroes_finished), and its final state comes from its own last step: the results of a
+    training call, which carries the state, bit for bit."""
+    from nblstm.cpu import fused
+
+    lengths = np.array(lengths)
+    steps, batch = 7, 9
+    assert fused.outputs_zeroed(lengths, steps) == (lengths.min() < steps)
+    assert not fused.outputs_zeroed(lengths[::-1], steps) or lengths.min() == lengths.max()
+    assert not fused.outputs_zeroed(np.zeros(batch, np.int64), 1), "one step: the usual slots"
+    layer = nblstm.LSTM(input_size, 6, seed=3)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((steps, batch, input_size)).astype(np.float32)
+    hx = tuple(rng.standard_normal((1, batch, 6)).astype(np.float32) for _ in range(2))
+    out, (h_n, c_n) = layer(x, hx, sequence_length=lengths)
+    (t_out, (t_h, t_c)), _ = layer.vjp(x, hx, sequence_length=lengths)
+    for a, b in ((out, t_out), (h_n, t_h), (c_n, t_c)):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    assert (out[np.arange(steps)[:, None] >= lengths[None, :]] == 0).all()
+
+
 def test_finished_rows_are_skipped_only_after_the_last_running_one():
     from nblstm.cpu import fused
 

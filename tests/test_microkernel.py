@@ -107,20 +107,28 @@ def test_gemm_panels_accumulate_continues_each_accumulator(dtype):
     np.testing.assert_array_equal(parts, whole)
 
 
-def test_results_do_not_depend_on_the_row_tiling():
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_results_do_not_depend_on_the_row_tiling(accumulate):
     """Each element is one accumulator over k in order: a row gives the same bits alone (panels
-    in pairs, then the odd one) or in a tile."""
+    in pairs, then the odd one) or in a tile, whole or of half or a quarter of the tile's rows (the
+    rows after the last whole tile), whatever the number of rows."""
     rng = np.random.default_rng(7)
     width = mk.panel_width(np.float32)
-    a = rng.standard_normal((11, 300)).astype(np.float32)
+    most = 2 * mk.TILE_ROWS + 3
+    a = rng.standard_normal((most, 300)).astype(np.float32)
     b = rng.standard_normal((300, 3 * width)).astype(np.float32)
+    start = rng.standard_normal((most, 3 * width)).astype(np.float32)
     bp, panels = _pack(b, width, offset=0)
-    together = np.empty((11, panels * width), np.float32)
-    mk.gemm_panels(a.reshape(-1), 0, 300, 11, bp, 0, 300, panels, together.reshape(-1), 0, panels * width)
-    for r in range(11):
-        alone = np.empty(panels * width, np.float32)
-        mk.gemm_panels(a[r], 0, 300, 1, bp, 0, 300, panels, alone, 0, panels * width)
-        np.testing.assert_array_equal(alone, together[r])
+    alone = start.copy()
+    for r in range(most):
+        mk.gemm_panels(a[r], 0, 300, 1, bp, 0, 300, panels, alone[r], 0, panels * width, accumulate)
+    for rows in range(1, most + 1):
+        together = np.full((most, panels * width), np.nan, np.float32)
+        together[:rows] = start[:rows]
+        mk.gemm_panels(a.reshape(-1), 0, 300, rows, bp, 0, 300, panels, together.reshape(-1), 0, panels * width,
+                       accumulate)
+        np.testing.assert_array_equal(together[:rows], alone[:rows], err_msg=f"{rows} rows")
+        assert np.isnan(together[rows:]).all(), f"{rows} rows: wrote past the last row"
 
 
 @pytest.mark.parametrize("tile", [(8, 4, 3), (16, 8, 2), (4, 3, 1)], ids=str)

@@ -63,7 +63,7 @@ from ..options import KernelOptions, OpOptions
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad, unit_options
 from . import microkernel, pool, regroup, sync, threads
 from .blas import kernel_section
-from .fused import BackwardWeights, ForwardWeights
+from .fused import BackwardWeights, ForwardWeights, outputs_zeroed
 from .fused import backward as fused_backward
 from .fused import forward_packed as fused_forward
 from .fused import weight_grads_block as fused_weight_grads_block
@@ -954,9 +954,11 @@ def _fused_sequence_forward(x, c0, h0, lengths, options, weights, save, schedule
              "fused_weights": weights, "save": save}
     kernel_options = options.kernel_options(False, weights.use_peepholes)
     if not save and x.shape[1]:  # inference: the outputs and the last cell state only
-        h, c_last = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0],
-                                  kernel_options, save=False, lengths=lengths)
-        return {**saved, "c": c_last[None], "h": h}
+        h, c_last, h_last = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0],
+                                          kernel_options, save=False, lengths=lengths)
+        # With the examples longest first, h is zero past each one's length (fused.zeroes_finished).
+        return {**saved, "c": c_last[None], "h": h, "h_last": h_last,
+                "masked": outputs_zeroed(lengths, x.shape[0])}
     block = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0], kernel_options,
                           lengths=lengths)
     # The ops' seven outputs, as their backward reads them; c and h for the state and the outputs.
@@ -1008,7 +1010,8 @@ def final_state(saved):
     if steps == 0:
         return saved["c0"].copy(), saved["h0"].copy()
     c = saved["c"]  # every step's, or the slots of an inference call (CellSaved)
-    return c[(steps - 1) % c.shape[0]].copy(), saved["h"][-1].copy()
+    h = saved["h_last"] if "h_last" in saved else saved["h"][-1]
+    return c[(steps - 1) % c.shape[0]].copy(), h.copy()
 
 
 def masked_outputs(saved):
@@ -1022,7 +1025,7 @@ def masked_outputs(saved):
             regroup.gather(h, schedule.output_of, out)
         return out
     lengths = saved["lengths"]
-    if lengths.size == 0 or lengths.min() >= steps:  # nothing to mask (the usual case)
+    if lengths.size == 0 or lengths.min() >= steps or saved.get("masked", False):  # nothing to mask
         return h if not saved["save"] else h.copy()  # an inference call keeps nothing else of h
     mask = np.arange(steps)[:, None] < saved["lengths"][None, :]
     return np.where(mask[:, :, None], h, 0).astype(h.dtype, copy=False)

@@ -265,6 +265,43 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
                     h_f[h_dst + j] = h_f[h_src + j]
 
 
+@njit(**CALLEE)
+def zeroes_finished(lengths, slots, steps):
+    """Whether the forward zeroes, not carries, the examples past their length: an inference call's outputs
+    (``co`` ``slots < steps``: :func:`forward_packed`) with ``lengths`` longest first.
+
+    Nothing reads a finished example's gates or state there: each step
+    computes the rows before the last example still running
+    (:func:`_running`), which are then exactly the running ones, and
+    :func:`forward_packed` takes a finished example's final state from its
+    own last step. Its outputs become zero, which the caller receives (the
+    layer's outputs past a length), and no state is copied: carried, a
+    finished row's state cost as much as a computed row's gate maths (two
+    threads carrying each other's halves of the same rows).
+    """
+    if lengths.shape[0] == 0 or slots >= steps:
+        return False
+    for b in range(1, lengths.shape[0]):
+        if lengths[b] > lengths[b - 1]:
+            return False
+    return True
+
+
+@njit(**CALLEE)
+def _zero_finished(t, k, num_chunks, running, h_):
+    """Chunk ``k``'s share of the finished rows ``running ..`` of step ``t``'s outputs, zeroed (one contiguous
+    block of whole rows, :func:`zeroes_finished`)."""
+    full_width()
+    batch, units = h_.shape[1], h_.shape[2]
+    finished = batch - running
+    b0 = running + finished * k // num_chunks
+    b1 = running + finished * (k + 1) // num_chunks
+    out = flat(h_)
+    zero = out.dtype.type(0.0)
+    for j in range(U((t * batch + b0) * units), U((t * batch + b1) * units)):
+        out[j] = zero
+
+
 def forward_kernel(inputs, weights, rows, parallel_projection, options, work, outs):
     """The forward pass of steps ``0 .. S - 1``, ``S = x2d.shape[0] // B``.
 
@@ -389,6 +426,7 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
     if w >= num_chunks:
         return
     full = lengths.shape[0] == 0
+    zeroed = zeroes_finished(lengths, co_.shape[0], h_.shape[0])
     x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
     for t in range(steps):
         running = _running(t, lengths, batch)  # rows from here on have finished: _carry_state writes them
@@ -414,7 +452,9 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
                                          np.bool_(True))
                 _chunk_gates(t, u0, u1, work[batch * col0:batch * (col0 + width)].reshape((batch, width)), running,
                              blocks, bias, peepholes, unit, cs_prev, outs, slots)
-                if not full:  # past an example's length (a function of its own: see _carry_state)
+                if zeroed:
+                    _zero_finished(t, k, num_chunks, running, h_)
+                elif not full:  # past an example's length (a function of its own: see _carry_state)
                     _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots)
                 own_done = own_done or k == w
                 sync.count_done(done, t + 1, num_chunks)
@@ -454,6 +494,7 @@ def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_pr
     if w >= num_chunks:
         return
     full = lengths.shape[0] == 0
+    zeroed = zeroes_finished(lengths, co_.shape[0], h_.shape[0])
     for t in range(steps):
         running = _running(t, lengths, batch)
         for j in range(num_chunks):
@@ -478,7 +519,9 @@ def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_pr
                     _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[ti, b, u0:u1])
                     _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[ti, b, u0:u1])
                 _chunk_gates(t, u0, u1, gk, running, blocks, bias, peepholes, unit, cs_prev, outs, slots)
-                if not full:
+                if zeroed:
+                    _zero_finished(t, k, num_chunks, running, h_)
+                elif not full:
                     _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots)
                 sync.count_done(done, t + 1, num_chunks)
         sync.wait_for(done, t + 1, num_chunks)
@@ -804,8 +847,11 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
         ``[7, T, B, H]``: ``i, cs, f, o, ci, co, h``, zero past
         ``seq_len_max``. With ``save=False`` (inference, ``seq_len_max = T >
         0``, ``B > 0``) only what a caller of the cell receives: ``(h [T, B,
-        H], cs [B, H])``, the outputs and the last cell state, the other
-        values in a step's scratch (:func:`forward_kernel`).
+        H], cs [B, H], h_last [B, H])``, the outputs and the final state, the
+        other values in a step's scratch (:func:`forward_kernel`). With
+        ``lengths`` longest first, the outputs past an example's length are
+        zero there, and the final state is the example's last step's
+        (:func:`zeroes_finished`).
     """
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
@@ -819,7 +865,15 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
         i_, f_, o_, ci_ = (buf[steps + 3 + g * n:steps + 3 + (g + 1) * n] for g in range(4))
         _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, steps, options, (i_, ring, f_, o_, ci_, co, h),
                        lengths)
-        return h, ring[(steps - 1) % 2]
+        if not outputs_zeroed(lengths, steps):
+            return h, ring[(steps - 1) % 2], h[-1]
+        # The finished examples' outputs are zero: each one's final state is that of its last step.
+        last = _lengths(lengths, steps) - 1
+        rows = np.arange(batch)
+        began = (last >= 0)[:, None]
+        c_last = np.where(began, ring[np.maximum(last, 0) % 2, rows], cs_prev)
+        h_last = np.where(began, h[np.maximum(last, 0), rows], h_prev)
+        return h, c_last, h_last
     # One allocation for the seven outputs: at 4 MiB and more NumPy asks for
     # transparent huge pages, and glibc raises its trim threshold to the
     # largest block it has freed, so a training loop neither faults the
@@ -842,6 +896,13 @@ def _lengths(lengths, steps):
     if lengths is None or lengths.size == 0 or int(lengths.min()) >= steps:
         return _WHOLE
     return np.ascontiguousarray(lengths, np.int64)
+
+
+def outputs_zeroed(lengths, steps):
+    """Whether an inference call of :func:`forward_packed` (``save=False``) zeroes the outputs past each
+    example's length: :func:`zeroes_finished` of its kernels, which it mirrors."""
+    ran = _lengths(lengths, steps)
+    return bool(ran.size and steps > 1 and np.all(ran[:-1] >= ran[1:]))
 
 
 def _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, outs, lengths):

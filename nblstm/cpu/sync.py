@@ -56,7 +56,7 @@ __all__ = ["atomic_add", "atomic_load", "claim", "claimed", "count_done", "count
 
 #: Spins (each a ``pause`` on x86, about 10-40 ns) before a waiter sleeps: a
 #: few microseconds, longer than the step imbalance of a quiet machine.
-SPINS_BEFORE_SLEEP = 1 << 9
+SPINS_BEFORE_SLEEP = 1 << 11
 #: Longest sleep in nanoseconds: the waiter checks its counter again after it
 #: even without a wake-up (a safety net; the wake-up is the normal path).
 SLEEP_NS = 1_000_000
