@@ -1638,7 +1638,7 @@ def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, so
                          ids=str)
 def test_inference_zeroes_finished_examples_instead_of_carrying_them(input_size, lengths):
     """With the examples longest first, an inference call's kernels zero a finished example's outputs and carry
-    nothing of it (cpu.fused.zeroes_finished), and its final state comes from its own last step: the results of a
+    nothing of it (cpu.fused._zeroes_finished), and its final state comes from its own last step: the results of a
     training call, which carries the state, bit for bit."""
     from nblstm.cpu import fused
 

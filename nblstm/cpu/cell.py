@@ -956,7 +956,7 @@ def _fused_sequence_forward(x, c0, h0, lengths, options, weights, save, schedule
     if not save and x.shape[1]:  # inference: the outputs and the last cell state only
         h, c_last, h_last = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0],
                                           kernel_options, save=False, lengths=lengths)
-        # With the examples longest first, h is zero past each one's length (fused.zeroes_finished).
+        # With the examples longest first, h is zero past each one's length (fused._zeroes_finished).
         return {**saved, "c": c_last[None], "h": h, "h_last": h_last,
                 "masked": outputs_zeroed(lengths, x.shape[0])}
     block = fused_forward(x, c0, h0, weights.forward, weights.bias, weights.peepholes, x.shape[0], kernel_options,

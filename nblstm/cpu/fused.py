@@ -213,10 +213,36 @@ def _running(t, lengths, batch):
     return n
 
 
+@njit(inline="always")
+def _zeroes_finished(lengths, slots, steps):
+    """Whether the forward zeroes, not carries, the examples past their length: an inference call's outputs
+    (``co`` ``slots < steps``: :func:`forward_packed`) with ``lengths`` longest first
+    (:func:`outputs_zeroed` on the host).
+
+    Nothing reads a finished example's gates or state there: each step
+    computes the rows before the last example still running
+    (:func:`_running`), which are then exactly the running ones, and
+    :func:`forward_packed` takes a finished example's final state from its
+    own last step and zeroes its outputs after it, which the caller receives
+    (the layer's outputs past a length). Carried, a finished row's state cost
+    as much as a computed row's gate maths: two threads copied each other's
+    halves of the same rows.
+    """
+    if lengths.shape[0] == 0 or slots >= steps:
+        return False
+    for b in range(1, lengths.shape[0]):
+        if lengths[b] > lengths[b - 1]:
+            return False
+    return True
+
+
 @njit(**CALLEE)
 def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
     """Step ``t`` of units ``u0 .. u1 - 1`` of the examples past their length (``t >= lengths[b]``): the state
     carried unchanged, the gates zero (their slots ``slots = (ti, tc, tp, to)`` of :func:`forward_worker`).
+
+    An inference call with the examples longest first carries nothing
+    (:func:`_zeroes_finished`).
 
     Run after the step's gate maths, which computes the rows before the last
     example still running (:func:`_running`) and is overwritten here for
@@ -234,6 +260,8 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
     i_, cs_, f_, o_, ci_, co_, h_ = outs
     ti, tc, tp, to = slots
     batch, units = cs_prev.shape
+    if _zeroes_finished(lengths, co_.shape[0], h_.shape[0]):
+        return
     i_f, cs_f, f_f, o_f, ci_f, co_f, h_f = flat(i_), flat(cs_), flat(f_), flat(o_), flat(ci_), flat(co_), flat(h_)
     c0_f, h0_f = flat(cs_prev), flat(h_prev)
     zero = cs_.dtype.type(0.0)
@@ -263,43 +291,6 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
                     cs_f[c_dst + j] = cs_f[c_src + j]
                 for j in range(uk):
                     h_f[h_dst + j] = h_f[h_src + j]
-
-
-@njit(**CALLEE)
-def zeroes_finished(lengths, slots, steps):
-    """Whether the forward zeroes, not carries, the examples past their length: an inference call's outputs
-    (``co`` ``slots < steps``: :func:`forward_packed`) with ``lengths`` longest first.
-
-    Nothing reads a finished example's gates or state there: each step
-    computes the rows before the last example still running
-    (:func:`_running`), which are then exactly the running ones, and
-    :func:`forward_packed` takes a finished example's final state from its
-    own last step. Its outputs become zero, which the caller receives (the
-    layer's outputs past a length), and no state is copied: carried, a
-    finished row's state cost as much as a computed row's gate maths (two
-    threads carrying each other's halves of the same rows).
-    """
-    if lengths.shape[0] == 0 or slots >= steps:
-        return False
-    for b in range(1, lengths.shape[0]):
-        if lengths[b] > lengths[b - 1]:
-            return False
-    return True
-
-
-@njit(**CALLEE)
-def _zero_finished(t, k, num_chunks, running, h_):
-    """Chunk ``k``'s share of the finished rows ``running ..`` of step ``t``'s outputs, zeroed (one contiguous
-    block of whole rows, :func:`zeroes_finished`)."""
-    full_width()
-    batch, units = h_.shape[1], h_.shape[2]
-    finished = batch - running
-    b0 = running + finished * k // num_chunks
-    b1 = running + finished * (k + 1) // num_chunks
-    out = flat(h_)
-    zero = out.dtype.type(0.0)
-    for j in range(U((t * batch + b0) * units), U((t * batch + b1) * units)):
-        out[j] = zero
 
 
 def forward_kernel(inputs, weights, rows, parallel_projection, options, work, outs):
@@ -426,7 +417,6 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
     if w >= num_chunks:
         return
     full = lengths.shape[0] == 0
-    zeroed = zeroes_finished(lengths, co_.shape[0], h_.shape[0])
     x_ready = np.bool_(False)  # this worker holds chunk w of step t, its x_t @ w_x done (not a literal: one type)
     for t in range(steps):
         running = _running(t, lengths, batch)  # rows from here on have finished: _carry_state writes them
@@ -452,9 +442,7 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
                                          np.bool_(True))
                 _chunk_gates(t, u0, u1, work[batch * col0:batch * (col0 + width)].reshape((batch, width)), running,
                              blocks, bias, peepholes, unit, cs_prev, outs, slots)
-                if zeroed:
-                    _zero_finished(t, k, num_chunks, running, h_)
-                elif not full:  # past an example's length (a function of its own: see _carry_state)
+                if not full:  # past an example's length (a function of its own: see _carry_state)
                     _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots)
                 own_done = own_done or k == w
                 sync.count_done(done, t + 1, num_chunks)
@@ -494,7 +482,6 @@ def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_pr
     if w >= num_chunks:
         return
     full = lengths.shape[0] == 0
-    zeroed = zeroes_finished(lengths, co_.shape[0], h_.shape[0])
     for t in range(steps):
         running = _running(t, lengths, batch)
         for j in range(num_chunks):
@@ -519,9 +506,7 @@ def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_pr
                     _add_to(g[blocks[2] * uk:(blocks[2] + 1) * uk], f_[ti, b, u0:u1])
                     _add_to(g[blocks[3] * uk:(blocks[3] + 1) * uk], o_[ti, b, u0:u1])
                 _chunk_gates(t, u0, u1, gk, running, blocks, bias, peepholes, unit, cs_prev, outs, slots)
-                if zeroed:
-                    _zero_finished(t, k, num_chunks, running, h_)
-                elif not full:
+                if not full:
                     _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots)
                 sync.count_done(done, t + 1, num_chunks)
         sync.wait_for(done, t + 1, num_chunks)
@@ -851,7 +836,7 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
         other values in a step's scratch (:func:`forward_kernel`). With
         ``lengths`` longest first, the outputs past an example's length are
         zero there, and the final state is the example's last step's
-        (:func:`zeroes_finished`).
+        (:func:`_zeroes_finished`).
     """
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
@@ -867,12 +852,16 @@ def forward_packed(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, optio
                        lengths)
         if not outputs_zeroed(lengths, steps):
             return h, ring[(steps - 1) % 2], h[-1]
-        # The finished examples' outputs are zero: each one's final state is that of its last step.
-        last = _lengths(lengths, steps) - 1
+        # Nothing of a finished example was carried: its final state is that of its last step, its outputs after
+        # it are zero.
+        ran = _lengths(lengths, steps)
+        last = ran - 1
         rows = np.arange(batch)
         began = (last >= 0)[:, None]
         c_last = np.where(began, ring[np.maximum(last, 0) % 2, rows], cs_prev)
         h_last = np.where(began, h[np.maximum(last, 0), rows], h_prev)
+        for b in range(batch):
+            h[ran[b]:, b] = 0
         return h, c_last, h_last
     # One allocation for the seven outputs: at 4 MiB and more NumPy asks for
     # transparent huge pages, and glibc raises its trim threshold to the
@@ -900,7 +889,7 @@ def _lengths(lengths, steps):
 
 def outputs_zeroed(lengths, steps):
     """Whether an inference call of :func:`forward_packed` (``save=False``) zeroes the outputs past each
-    example's length: :func:`zeroes_finished` of its kernels, which it mirrors."""
+    example's length: :func:`_zeroes_finished` of its kernels, which it mirrors."""
     ran = _lengths(lengths, steps)
     return bool(ran.size and steps > 1 and np.all(ran[:-1] >= ran[1:]))
 

@@ -173,18 +173,14 @@ _tile_add = make_tile(_LANES32, TILE_ROWS, _VECTORS, accumulate=True)
 _ROW_PANELS = 2
 _row = make_tile(_LANES32, 1, _VECTORS, panels=_ROW_PANELS)
 _row_add = make_tile(_LANES32, 1, _VECTORS, accumulate=True, panels=_ROW_PANELS)
-# The rows after the last whole tile, on a tile of half or a quarter of its
-# rows where they fit: a tile costs its ``R`` rows however few it stores, and
+# A tile costs its ``R`` rows however few it stores: the rows after the last
+# whole tile, when fewer than ``R / 2``, run one at a time on the row kernel
+# instead (1.8x a tile row's time each, against ``R`` rows for the tile), and
 # the steps of a call with lengths compute only the rows still running
-# (``B = 25`` took the time of ``B = 32``). Rows per tile, float32, one core,
-# ``K = 256``: 4 rows at 159 GFLOP/s on a 4-row tile against 100 on the
-# 8-row one, 2 rows at 85 against 42.
-_HALF_ROWS = max(1, TILE_ROWS // 2)
-_QUARTER_ROWS = max(1, TILE_ROWS // 4)
-_half = make_tile(_LANES32, _HALF_ROWS, _VECTORS)
-_half_add = make_tile(_LANES32, _HALF_ROWS, _VECTORS, accumulate=True)
-_quarter = make_tile(_LANES32, _QUARTER_ROWS, _VECTORS)
-_quarter_add = make_tile(_LANES32, _QUARTER_ROWS, _VECTORS, accumulate=True)
+# (``B = 25`` took the time of ``B = 32``). No other tile: the kernels that
+# call this one compile its tiles into their own code (a first call of the ops
+# took 0.2 s longer with two more).
+_SINGLE_ROWS = TILE_ROWS // 2
 
 
 @njit(**KERNEL)
@@ -197,40 +193,25 @@ def gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc, accum
     element's accumulator from ``C``: the bits of one product over the
     joined ``K``."""
     width = panel_width_of(c)
-    q0 = 0
-    if rows == 1:
-        q0 = panels - panels % _ROW_PANELS
-        for q in range(0, q0, _ROW_PANELS):
+    left = rows % TILE_ROWS
+    tiled = rows if left >= _SINGLE_ROWS else rows - left  # rows on tiles; the others one at a time
+    paired = panels - panels % _ROW_PANELS
+    for r in range(tiled, rows):  # two panels at a time
+        for q in range(0, paired, _ROW_PANELS):
             if accumulate:
-                _row_add(c, c_off + q * width, ldc, a, a_off, lda, bp, bp_off + q * k * width, k, 1)
+                _row_add(c, c_off + r * ldc + q * width, ldc, a, a_off + r * lda, lda, bp, bp_off + q * k * width, k,
+                         1)
             else:
-                _row(c, c_off + q * width, ldc, a, a_off, lda, bp, bp_off + q * k * width, k, 1)
-    whole = rows - rows % TILE_ROWS
-    left = rows - whole
-    for q in range(q0, panels):
-        b_off = bp_off + q * k * width
-        for r0 in range(0, whole, TILE_ROWS):
+                _row(c, c_off + r * ldc + q * width, ldc, a, a_off + r * lda, lda, bp, bp_off + q * k * width, k, 1)
+    for q in range(panels):
+        end = rows if q >= paired else tiled  # the odd panel of the single rows on the tiles
+        for r0 in range(0, end, TILE_ROWS):
+            n = min(TILE_ROWS, end - r0)
             if accumulate:
-                _tile_add(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, b_off, k, TILE_ROWS)
+                _tile_add(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width, k,
+                          n)
             else:
-                _tile(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, b_off, k, TILE_ROWS)
-        if left > 0:
-            c0 = c_off + whole * ldc + q * width
-            a0 = a_off + whole * lda
-            if left > _HALF_ROWS:
-                if accumulate:
-                    _tile_add(c, c0, ldc, a, a0, lda, bp, b_off, k, left)
-                else:
-                    _tile(c, c0, ldc, a, a0, lda, bp, b_off, k, left)
-            elif left > _QUARTER_ROWS:
-                if accumulate:
-                    _half_add(c, c0, ldc, a, a0, lda, bp, b_off, k, left)
-                else:
-                    _half(c, c0, ldc, a, a0, lda, bp, b_off, k, left)
-            elif accumulate:
-                _quarter_add(c, c0, ldc, a, a0, lda, bp, b_off, k, left)
-            else:
-                _quarter(c, c0, ldc, a, a0, lda, bp, b_off, k, left)
+                _tile(c, c_off + r0 * ldc + q * width, ldc, a, a_off + r0 * lda, lda, bp, bp_off + q * k * width, k, n)
 
 
 @njit(inline="always")
