@@ -422,3 +422,84 @@ def test_a_forked_child_runs_on_its_own_threads(gomp_team):
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_run_each_runs_every_job_on_one_thread_and_reports_errors(restore_num_threads):
+    """``run_each``: the results in the jobs' order, each job seeing one numba thread (its kernels inline), the
+    count restored afterwards, the first error raised once every job has ended."""
+    numba.set_num_threads(2)
+    ran = []
+
+    def job(name, fail=False):
+        def run():
+            ran.append(name)
+            if fail:
+                raise ValueError(f"{name} failed")
+            return name, numba.get_num_threads(), threading.get_ident()
+        return run
+
+    results = threads.run_each([job("a"), job("b")])
+    assert [r[:2] for r in results] == [("a", 2), ("b", 2)], "a job's kernels split their work as elsewhere"
+    assert results[0][2] == threading.get_ident(), "the first job runs on the calling thread"
+    assert numba.get_num_threads() == 2
+    ran.clear()
+    with pytest.raises(ValueError, match="b failed"):
+        threads.run_each([job("a"), job("b", fail=True)])
+    assert sorted(ran) == ["a", "b"] and numba.get_num_threads() == 2
+
+
+def test_run_each_runs_a_job_s_workers_in_turn_on_its_thread(gomp_team):
+    """Inside a job, a kernel's workers run one after the other on the job's thread, on nblstm's threads or on
+    an OpenMP team; outside, as before."""
+
+    def job():
+        seen = []
+        threads.run(lambda w: seen.append((w, threading.get_ident())), (), 3)
+        return seen, threading.get_ident()
+
+    for team in (None, gomp_team):
+        with threads.on_team(team):
+            results = threads.run_each([job, job])
+        for seen, ident in results:
+            assert seen == [(0, ident), (1, ident), (2, ident)]
+    seen = []
+    threads.run(lambda w: seen.append(threading.get_ident()), (), 2)
+    assert len(set(seen)) == 2, "outside a job the workers run on two threads"
+
+
+@pytest.mark.parametrize("call", [dict(), dict(lengths=True), dict(mask=True), dict(num_proj=True)], ids=str)
+def test_bidirectional_directions_at_once_give_the_same_bits(call, monkeypatch, restore_num_threads):
+    """A bidirectional layer whose steps are small runs its two directions' calls at once, a thread each
+    (partition.directions_at_once), their kernels' workers in turn: the outputs, the final state and every
+    gradient bit for bit as one after the other (a shape whose calls split each step and the weight gradients
+    between two threads; a projection's cells on their own kernels)."""
+    numba.set_num_threads(2)
+    rng = np.random.default_rng(4)
+    steps, batch, inputs, units = 20, 16, 24, 64
+    layer = nblstm.LSTM(inputs, units, num_layers=2, bidirectional=True, seed=2,
+                        proj_size=16 if call.get("num_proj") else 0)
+    x = rng.standard_normal((steps, batch, inputs)).astype(np.float32)
+    given = {}
+    if call.get("lengths"):
+        given["sequence_length"] = rng.integers(0, steps + 1, batch)
+    if call.get("mask"):
+        given["mask"] = rng.random((batch, steps)) < 0.7
+    d_out = rng.standard_normal((steps, batch, layer.output_size)).astype(np.float32)
+    calls = []
+    import nblstm.layer.lstm as layer_module
+
+    def counted(jobs):
+        calls.append(len(jobs))
+        return threads.run_each(jobs)
+
+    monkeypatch.setattr(layer_module, "run_each", counted)
+    results = {}
+    for at_once in (False, True):
+        monkeypatch.setattr(partition, "MAX_DIRECTIONS_AT_ONCE_WORK", 1 << 40 if at_once else 0)
+        out, (h_n, c_n) = layer(x, **given)
+        (t_out, (t_h, t_c)), backward = layer.vjp(x, **given)
+        d_x, _, d_w = backward(d_out)
+        results[at_once] = [out, h_n, c_n, t_out, t_h, t_c, d_x, *[d_w[k] for k in sorted(d_w)]]
+    assert calls == [2, 2, 2, 2, 2, 2], "each layer's directions at once: inference, training forward, backward"
+    for a, b in zip(results[False], results[True], strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -39,7 +39,7 @@ import os
 import re
 import threading
 
-__all__ = ["OpenMPTeam", "on_team", "run"]
+__all__ = ["OpenMPTeam", "on_team", "run", "run_each"]
 
 
 class _Helper:
@@ -243,8 +243,42 @@ def run(fn, args, workers, concurrency=None):
         split by ``w``, too small to be worth a helper thread); default: all
         at once.
     """
+    if getattr(_local, "alone", False):  # inside run_each's job: the workers in turn, on this thread
+        for w in range(workers):
+            fn(w, *args)
+        return
     team = getattr(_local, "team", None)
     if team is not None and workers > 1 and concurrency != 1 and team.pid == os.getpid():
         team.run(fn, args, workers)  # a forked child keeps to its own threads: the team's are the parent's
         return
     _pool.run(fn, args, workers, workers if concurrency is None else concurrency)
+
+
+
+def run_each(jobs):
+    """``[job() for job in jobs]``, the jobs at once, a thread each (``jobs[0]`` on this one), each job's kernels
+    on its own thread alone.
+
+    For independent calls whose steps are too small to split well between
+    threads: the two directions of a bidirectional layer at ``H = 128``,
+    where two threads on one direction ran at 0.75-0.82 of twice one
+    thread's speed. A job is Python (the GIL is held between its kernels,
+    which release it) and runs where :func:`run` runs workers: nblstm's
+    helper threads, or the calling thread's OpenMP team (:func:`on_team`).
+    Inside a job, :func:`run` calls a kernel's workers one after the other
+    on the job's thread: the kernels split their work as on every thread,
+    so that the results are the same bits. The first job's exception is
+    raised once every job has ended.
+    """
+    results = [None] * len(jobs)
+    run(_job, (jobs, results), len(jobs))
+    return results
+
+
+def _job(w, jobs, results):
+    before = getattr(_local, "alone", False)
+    _local.alone = True
+    try:
+        results[w] = jobs[w]()
+    finally:
+        _local.alone = before

@@ -8,6 +8,7 @@ arrays (:mod:`nblstm.arrays`): the directions' outputs side by side,
 dropout when training.
 """
 
+import functools
 import numbers
 
 import numpy as np
@@ -17,6 +18,8 @@ from .. import arrays
 from ..cell import LSTMCell
 from ..cell.cell import checked_backward, checked_forward, set_checked_weights, skips_sorted_rows
 from ..cell.weights import checked_weights, weight_shapes
+from ..cpu.partition import directions_at_once
+from ..cpu.threads import run_each
 from ..interchange import accepts_any_array
 from ..schedule import by_length, schedule
 
@@ -611,7 +614,7 @@ class LSTM:
         layer_in = x
         finals, saved = [], []
         for layer in range(self.num_layers):
-            outs = []
+            outs, jobs = [], []
             in_info = v.describe_array("input", layer_in)
             for d in range(self.num_directions):
                 k = layer * self.num_directions + d
@@ -623,8 +626,9 @@ class LSTM:
                 backwards = bool(d) or self.reverse or self.go_backwards
                 if backwards not in orders:
                     orders[backwards] = schedule(steps, batch, lengths, mask, backwards, self.zero_output_for_mask)
-                out, final, cell_ctx = checked_forward(cell, in_info, layer_in, state, lengths, orders[backwards],
-                                                       with_grad)
+                jobs.append(functools.partial(checked_forward, cell, in_info, layer_in, state, lengths,
+                                              orders[backwards], with_grad))
+            for out, final, cell_ctx in self._directions(jobs, kind, batch, layer_in.shape[2]):
                 if with_grad:
                     saved.append(cell_ctx)
                 outs.append(out)
@@ -646,6 +650,14 @@ class LSTM:
         output = arrays.swap01(layer_in, kind) if self.batch_first else layer_in
         ctx = {"saved": saved, "kind": kind, "shape": (steps, batch)} if with_grad else None
         return output, (h_n, c_n), ctx
+
+    def _directions(self, jobs, kind, batch, inputs):
+        """The results of a layer's calls, one a direction: the two at once, a thread each, where a step is too
+        small to split well between threads (:func:`nblstm.cpu.partition.directions_at_once`); each call's
+        kernels split their work as they would alone, so that the results are the same bits."""
+        if len(jobs) == 2 and kind == "host" and directions_at_once(batch, inputs, self.hidden_size):
+            return run_each(jobs)
+        return [job() for job in jobs]
 
     def _state_for(self, cell, state, batch, kind):
         """A cell's initial state from ``(c, h)`` rows of ``hx`` (a missing part: zeros)."""
@@ -680,14 +692,17 @@ class LSTM:
             keep = block[-1]
             if keep is not None and d_layer is not None:
                 d_layer = arrays.multiply(d_layer, keep, kind)
-            d_in = None
+            d_in, jobs = None, []
             for d in range(self.num_directions):
                 k = layer * self.num_directions + d
                 d_out = None if d_layer is None else arrays.columns(d_layer, d * depth, depth, kind)
                 d_state = None
                 if d_hx is not None:
                     d_state = (None if d_hx[1] is None else d_hx[1][k], None if d_hx[0] is None else d_hx[0][k])
-                d_x, (dc0, dh0), dw = checked_backward(self.cells[k], block[d], d_out, d_state)
+                jobs.append(functools.partial(checked_backward, self.cells[k], block[d], d_out, d_state))
+            inputs = self.input_size if layer == 0 else self.num_directions * depth
+            for d, (d_x, (dc0, dh0), dw) in enumerate(self._directions(jobs, kind, batch, inputs)):
+                k = layer * self.num_directions + d
                 d_in = arrays.add(d_in, d_x, kind)
                 d_c0[k], d_h0[k] = dc0, dh0
                 for name, g in dw.items():
