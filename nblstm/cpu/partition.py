@@ -74,7 +74,7 @@ MIN_PARALLEL_PACK = 1 << 20
 MIN_PARALLEL_TRANSPOSE = 1 << 16
 #: Below this many multiply-adds in a step's GEMMs (``B * 4H * (I + H)``), the two directions of a
 #: bidirectional layer run at once, a thread each (:func:`directions_at_once`).
-MAX_DIRECTIONS_AT_ONCE_WORK = 1 << 23
+MAX_DIRECTIONS_AT_ONCE_WORK = 1 << 24
 # Row blocks of the large GEMMs below this many multiply-adds run on one thread.
 _MIN_PARALLEL_GEMM_WORK = 1 << 18
 # Row blocks of the forward's input projection: as many as the rows allow
@@ -187,15 +187,17 @@ def _column_offsets(bounds_bytes, per_unit, dtype):
 
 
 def directions_at_once(batch_size, inputs, units):
-    """Whether a bidirectional layer runs its two directions' forward calls at once, a thread each
+    """Whether a bidirectional layer runs its two directions' calls at once (forward, backward), a thread each
     (:func:`nblstm.cpu.threads.run_each`), rather than one after the other on every thread.
 
     With at least two threads, where a step's GEMMs (``B x (I + H) x 4H``)
     are small: the chunks of a step are then thin, and the threads' meeting
     at every step a larger share of it. A 2-layer bidirectional
-    ``nblstm.LSTM`` at ``(50, 32, 128, 128)`` (two threads): inference 0.85x
-    the time, forward and backward 0.95x; at ``H = 256`` (``B = 1, 16, 32,
-    64``) 0.92-0.98x and 0.96-1.03x, within the noise.
+    ``nblstm.LSTM``, two threads, both directions at once against one after
+    the other: at ``(50, 32, 128, 128)`` inference 0.84x the time, forward and
+    backward 0.68x; at ``(100, 16, 256, 256)`` 1.00x and 0.89x; at
+    ``(100, 1, 256, 256)`` 0.93x and 0.89x; from ``2^24`` multiply-adds a step
+    (``B = 32, 64`` at ``H = 256``) 0.99-1.01x, no gain.
     """
     return numba.get_num_threads() >= 2 and batch_size * 4 * units * (inputs + units) < MAX_DIRECTIONS_AT_ONCE_WORK
 
