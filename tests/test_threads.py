@@ -424,9 +424,11 @@ def test_a_forked_child_runs_on_its_own_threads(gomp_team):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
-def test_run_each_runs_every_job_on_one_thread_and_reports_errors(restore_num_threads):
-    """``run_each``: the results in the jobs' order, each job seeing one numba thread (its kernels inline), the
-    count restored afterwards, the first error raised once every job has ended."""
+@needs_two_threads
+def test_run_each_returns_every_job_s_result_and_reports_errors(restore_num_threads):
+    """``run_each``: the results in the jobs' order, the first job on the calling thread, each job seeing the
+    caller's numba thread count (its kernels split their work as elsewhere), the first error raised once every
+    job has ended."""
     numba.set_num_threads(2)
     ran = []
 
@@ -467,6 +469,7 @@ def test_run_each_runs_a_job_s_workers_in_turn_on_its_thread(gomp_team):
     assert len(set(seen)) == 2, "outside a job the workers run on two threads"
 
 
+@needs_two_threads
 @pytest.mark.parametrize("call", [dict(), dict(lengths=True), dict(mask=True), dict(num_proj=True)], ids=str)
 def test_bidirectional_directions_at_once_give_the_same_bits(call, monkeypatch, restore_num_threads):
     """A bidirectional layer whose steps are small runs its two directions' calls at once, a thread each

@@ -190,7 +190,7 @@ def directions_at_once(batch_size, inputs, units):
     """Whether a bidirectional layer runs its two directions' calls at once (forward, backward), a thread each
     (:func:`nblstm.cpu.threads.run_each`), rather than one after the other on every thread.
 
-    With at least two threads, where a step's GEMMs (``B x (I + H) x 4H``)
+    With two threads, where a step's GEMMs (``B x (I + H) x 4H``)
     are small: the chunks of a step are then thin, and the threads' meeting
     at every step a larger share of it. A 2-layer bidirectional
     ``nblstm.LSTM``, two threads, both directions at once against one after
@@ -199,7 +199,8 @@ def directions_at_once(batch_size, inputs, units):
     ``(100, 1, 256, 256)`` 0.93x and 0.89x; from ``2^24`` multiply-adds a step
     (``B = 32, 64`` at ``H = 256``) 0.99-1.01x, no gain.
     """
-    return numba.get_num_threads() >= 2 and batch_size * 4 * units * (inputs + units) < MAX_DIRECTIONS_AT_ONCE_WORK
+    # Two threads exactly, as measured: with more, each direction would still run on one of them alone.
+    return numba.get_num_threads() == 2 and batch_size * 4 * units * (inputs + units) < MAX_DIRECTIONS_AT_ONCE_WORK
 
 
 def fused_projection(batch_size, inputs, dtype):
