@@ -57,6 +57,7 @@ from numba import njit
 
 from .._jit import CALLEE, KERNEL, full_width
 from ..options import KernelOptions, OpOptions
+from ..schedule import by_length
 from ..spec import backward_unit, forward_unit, unit_options
 from . import microkernel, pool, sync, threads
 from .blas import kernel_section
@@ -891,7 +892,7 @@ def outputs_zeroed(lengths, steps):
     """Whether an inference call of :func:`forward_packed` (``save=False``) zeroes the outputs past each
     example's length: :func:`_zeroes_finished` of its kernels, which it mirrors."""
     ran = _lengths(lengths, steps)
-    return bool(ran.size and steps > 1 and np.all(ran[:-1] >= ran[1:]))
+    return bool(ran.size and steps > 1 and by_length(ran) is None)
 
 
 def _forward_steps(x, cs_prev, h_prev, weights, b, peepholes, seq_len_max, options, outs, lengths):
