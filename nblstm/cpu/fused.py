@@ -75,7 +75,7 @@ from .partition import (
     row_bounds,
     split,
 )
-from .views import flat
+from .views import copy_elements, fill_zero, flat
 
 __all__ = ["BackwardWeights", "ForwardWeights", "Inputs", "PackedBackward", "PackedForward", "backward",
            "backward_recurrent", "forward", "forward_packed", "weight_grads_block"]
@@ -249,15 +249,14 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
     example still running (:func:`_running`) and is overwritten here for
     those that have finished: a function of its own, so that the forward's
     time loop compiles as without lengths (a test of the lengths in its row
-    loop took the forward 1.03-1.05x the time). Flat views and unsigned
-    offsets, so that each row's copies vectorize: indexed by three indices,
-    the carry of the finished rows took 0.6x the time of a step's computed
-    rows (``(50, 32, 128, 128)``). One loop per array: with the five
-    zeroings in one loop, LLVM's loop strength reduction spent 0.09 s on this
-    function at each compile (it is compiled on its own and again inside the
-    forward worker), 0.04 s with a loop each.
+    loop took the forward 1.03-1.05x the time). Each row's zeroes and copies
+    are one ``memset`` or ``memmove`` on flat views (:func:`fill_zero`,
+    :func:`copy_elements`): indexed by three indices, the carry of the
+    finished rows took 0.6x the time of a step's computed rows (``(50, 32,
+    128, 128)``); as loops, which LLVM vectorized, this function took 0.38 s
+    of the ops' first call on an empty cache (it is compiled on its own and
+    again inside the forward worker).
     """
-    full_width()
     i_, cs_, f_, o_, ci_, co_, h_ = outs
     ti, tc, tp, to = slots
     batch, units = cs_prev.shape
@@ -265,33 +264,23 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
         return
     i_f, cs_f, f_f, o_f, ci_f, co_f, h_f = flat(i_), flat(cs_), flat(f_), flat(o_), flat(ci_), flat(co_), flat(h_)
     c0_f, h0_f = flat(cs_prev), flat(h_prev)
-    zero = cs_.dtype.type(0.0)
     uk = U(u1 - u0)
     for b in range(lengths.shape[0]):
         if t >= lengths[b]:
             gate, co, row = U((ti * batch + b) * units + u0), U((to * batch + b) * units + u0), U(b * units + u0)
-            for j in range(uk):
-                i_f[gate + j] = zero
-            for j in range(uk):
-                ci_f[gate + j] = zero
-            for j in range(uk):
-                f_f[gate + j] = zero
-            for j in range(uk):
-                o_f[gate + j] = zero
-            for j in range(uk):
-                co_f[co + j] = zero
+            fill_zero(i_f, gate, uk)
+            fill_zero(ci_f, gate, uk)
+            fill_zero(f_f, gate, uk)
+            fill_zero(o_f, gate, uk)
+            fill_zero(co_f, co, uk)
             c_dst, h_dst = U((tc * batch + b) * units + u0), U((t * batch + b) * units + u0)
             if t == 0:
-                for j in range(uk):
-                    cs_f[c_dst + j] = c0_f[row + j]
-                for j in range(uk):
-                    h_f[h_dst + j] = h0_f[row + j]
+                copy_elements(cs_f, c_dst, c0_f, row, uk)
+                copy_elements(h_f, h_dst, h0_f, row, uk)
             else:
                 c_src, h_src = U((tp * batch + b) * units + u0), U(((t - 1) * batch + b) * units + u0)
-                for j in range(uk):
-                    cs_f[c_dst + j] = cs_f[c_src + j]
-                for j in range(uk):
-                    h_f[h_dst + j] = h_f[h_src + j]
+                copy_elements(cs_f, c_dst, cs_f, c_src, uk)
+                copy_elements(h_f, h_dst, h_f, h_src, uk)
 
 
 def forward_kernel(inputs, weights, rows, parallel_projection, options, work, outs):
@@ -547,14 +536,14 @@ def _carry_gradients(t, u0, u1, lengths, incoming, dc, work, w_off, width, carri
 def _carried_gradients(t, u0, u1, lengths, dgates, blocks, dc, carried):
     """After step ``t``'s gradients of units ``u0 .. u1 - 1``: past an example's length its cell gradient is the
     one carried (:func:`_carry_gradients`) and its gate gradients zero (a positive zero, as written)."""
-    units = dc.shape[1]
-    zero = dc.dtype.type(0.0)
+    batch, units = dc.shape
+    dc_f, carried_f, dg_f = flat(dc), flat(carried), flat(dgates)
+    uk = U(u1 - u0)
     for b in range(lengths.shape[0]):
         if t >= lengths[b]:
-            for jj in range(u1 - u0):
-                dc[b, u0 + jj] = carried[1, b, u0 + jj]
-                for g in range(4):
-                    dgates[t, b, blocks[g] * units + u0 + jj] = zero
+            copy_elements(dc_f, U(b * units + u0), carried_f, U((batch + b) * units + u0), uk)
+            for g in range(4):
+                fill_zero(dg_f, U((t * batch + b) * 4 * units + blocks[g] * units + u0), uk)
 
 
 def backward_kernel(cs_prev, saved, incoming, weights, options, work, grads):
@@ -623,8 +612,7 @@ def backward_worker(w, claims, done, cs_prev, saved, incoming, weights, options,
                 col0 = col_off[k]
                 width = col_off[k + 1] - col0
                 if t + 1 >= steps:
-                    for jj in range(U(batch * col0), U(batch * (col0 + width))):
-                        work[jj] = 0
+                    fill_zero(work, U(batch * col0), U(batch * width))
                 else:  # dh = dgates[t + 1] @ w_rec[u0:u1]^T, on the packed transposes
                     microkernel.gemm_panels(dg_f, (t + 1) * batch * gates, gates, running, w_rec_t, gates * col0, gates,
                                              width // microkernel.panel_width_of(w_rec_t), work, batch * col0, width,
@@ -682,7 +670,7 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in, splits, x_grad2d, w_grad
     size = dg2d.itemsize
     r0, r1 = x_rows[k], x_rows[k + 1]
     if gates == 0:  # an empty sum
-        x_grad2d[r0:r1] = 0
+        fill_zero(flat(x_grad2d), U(r0 * inputs), U((r1 - r0) * inputs))
     dot((r1 - r0, inputs, gates, gates, gates, inputs, 1, size), address(dg2d, r0 * gates), address(w_in, 0),
         address(x_grad2d, r0 * inputs))
     r0, r1 = w_rows[k], w_rows[k + 1]
@@ -697,7 +685,7 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in, splits, x_grad2d, w_grad
          address(dg2d, batch * gates), address(w_grad, (inputs + b0) * gates))
     n0, n1 = col_blocks[k], col_blocks[k + 1]
     bk = b_grad[n0:n1]  # sliced, so that the loop indexes from 0 and vectorizes
-    bk[:] = 0
+    fill_zero(bk, U(0), U(n1 - n0))
     for row in range(rows):
         dr = dg2d[row, n0:n1]
         for c in range(n1 - n0):

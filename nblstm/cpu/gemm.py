@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, types
 
 from .._jit import CALLEE
+from .views import fill_zero, flat
 
 __all__ = ["address", "dot", "gemm", "rows_product"]
 
@@ -86,7 +87,7 @@ def rows_product(a, b, out, r0, r1):
     ``a [M, K]``, ``b [K, N]`` and ``out [M, N]``; an empty sum (``K = 0``) is zero."""
     k, n = b.shape
     if k == 0:
-        out[r0:r1] = 0
+        fill_zero(flat(out), r0 * n, (r1 - r0) * n)
     dot((r1 - r0, n, k, k, n, n, 0, out.itemsize), address(a, r0 * k), address(b, 0), address(out, r0 * n))
 
 

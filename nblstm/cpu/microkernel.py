@@ -27,6 +27,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._jit import KERNEL
+from .views import fill_zero
 
 __all__ = [
     "TILE_ROWS",
@@ -278,4 +279,4 @@ def zero_columns(dst, dst_off, depth, j0, width):
         q = j0 // width
         base = dst_off + q * depth * width
         for r in range(depth):
-            dst[base + r * width + j0 - q * width:base + (r + 1) * width] = 0
+            fill_zero(dst, base + r * width + j0 - q * width, width - (j0 - q * width))

@@ -8,15 +8,21 @@ strides (``numba_attempt_nocopy_reshape``) and a helper function for the
 ``reshape(-1)``, most of it lowering those. :func:`flat` is the same view of
 a C-contiguous array (the type says so, checked when the kernel is typed)
 built directly.
+
+:func:`fill_zero` and :func:`copy_elements` zero and copy runs of elements of
+such views as one ``llvm.memset`` or ``llvm.memmove``, where a loop would be
+typed, lowered, vectorized and compiled again in every kernel that inlines
+it (the carries of the examples past their length, the zeroed workspaces).
 """
 
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
-__all__ = ["flat"]
+__all__ = ["copy_elements", "fill_zero", "flat"]
 
 
 @intrinsic
@@ -38,3 +44,53 @@ def flat(typingctx, a):
         return impl_ret_borrowed(context, builder, target, view._getvalue())
 
     return target(a), codegen
+
+
+def _is_flat(a):
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C"
+
+
+def _element(context, builder, array_type, array, index_type, index):
+    """The address of ``array[index]`` (a 1-D C-contiguous array, any integer ``index``)."""
+    data = make_array(array_type)(context, builder, array).data
+    return builder.gep(data, [context.cast(builder, index, index_type, types.intp)])
+
+
+def _bytes(context, builder, array_type, count_type, count):
+    """``count`` elements of ``array_type`` in bytes, as an ``intp``."""
+    itemsize = context.get_abi_sizeof(context.get_data_type(array_type.dtype))
+    return builder.mul(context.cast(builder, count, count_type, types.intp), ir.Constant(cgutils.intp_t, itemsize))
+
+
+@intrinsic
+def fill_zero(typingctx, a, start, count):
+    """``a[start:start + count] = 0`` for a 1-D C-contiguous ``a`` (:func:`flat`), as one ``memset``: every bit
+    zero, a positive zero. No bounds check: ``0 <= start``, ``0 <= count`` and ``start + count <= a.size``."""
+    if not (_is_flat(a) and isinstance(start, types.Integer) and isinstance(count, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type, start_type, count_type = signature.args
+        ptr = _element(context, builder, array_type, args[0], start_type, args[1])
+        cgutils.memset(builder, ptr, _bytes(context, builder, array_type, count_type, args[2]), 0)
+        return context.get_dummy_value()
+
+    return types.void(a, start, count), codegen
+
+
+@intrinsic
+def copy_elements(typingctx, dst, dst_start, src, src_start, count):
+    """``dst[dst_start:dst_start + count] = src[src_start:src_start + count]`` for 1-D C-contiguous arrays of one
+    dtype (:func:`flat`), as one ``memmove`` (the runs may overlap). No bounds check, as :func:`fill_zero`."""
+    if not (_is_flat(dst) and _is_flat(src) and dst.dtype == src.dtype
+            and all(isinstance(t, types.Integer) for t in (dst_start, src_start, count))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        dst_type, dst_start_type, src_type, src_start_type, count_type = signature.args
+        to = _element(context, builder, dst_type, args[0], dst_start_type, args[1])
+        source = _element(context, builder, src_type, args[2], src_start_type, args[3])
+        cgutils.raw_memmove(builder, to, source, _bytes(context, builder, dst_type, count_type, args[4]), 1)
+        return context.get_dummy_value()
+
+    return types.void(dst, dst_start, src, src_start, count), codegen
