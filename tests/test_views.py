@@ -1,0 +1,69 @@
+"""The kernels' views and runs of elements (nblstm.cpu.views) against NumPy's slices."""
+
+import numpy as np
+import pytest
+from numba import njit
+
+from nblstm.cpu.views import copy_elements, fill_zero, flat
+
+
+@njit
+def _fill(a, start, count):
+    fill_zero(flat(a), start, count)
+
+
+@njit
+def _copy(dst, dst_start, src, src_start, count):
+    copy_elements(flat(dst), dst_start, flat(src), src_start, count)
+
+
+@njit
+def _copy_within(a, dst_start, src_start, count):
+    f = flat(a)
+    copy_elements(f, dst_start, f, src_start, count)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize(("start", "count"), [(0, 0), (0, 1), (3, 17), (5, 40), (0, 45)])
+def test_fill_zero_is_a_slice_set_to_positive_zero(dtype, start, count):
+    a = np.full((5, 9), -1, dtype)
+    expected = a.copy().reshape(-1)
+    expected[start:start + count] = 0
+    _fill(a, np.uint64(start), np.int64(count))
+    assert a.reshape(-1).tobytes() == expected.tobytes()  # +0.0 (no sign bit), the rest untouched
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_copy_elements_copies_a_run_and_nothing_else(dtype):
+    rng = np.random.default_rng(0)
+    src = rng.standard_normal((4, 6)).astype(dtype)
+    src[1, 2] = np.nan
+    src[2, 0] = -0.0
+    dst = np.full((3, 7), 5, dtype)
+    expected = dst.copy().reshape(-1)
+    expected[4:4 + 13] = src.reshape(-1)[7:7 + 13]
+    _copy(dst, np.uint64(4), src, np.int64(7), np.uint64(13))
+    assert dst.reshape(-1).tobytes() == expected.tobytes()  # NaN payloads and signed zeros as bits
+
+
+@pytest.mark.parametrize(("dst_start", "src_start"), [(2, 0), (0, 2), (3, 3)])
+def test_copy_elements_within_one_array_as_memmove(dst_start, src_start):
+    a = np.arange(12, dtype=np.float32)
+    expected = a.copy()
+    expected[dst_start:dst_start + 8] = a[src_start:src_start + 8].copy()
+    _copy_within(a, dst_start, src_start, 8)
+    np.testing.assert_array_equal(a, expected)
+
+
+def test_views_refuse_other_layouts_and_dtypes():
+    from numba.core.errors import TypingError
+
+    with pytest.raises(TypingError):
+        _copy(np.zeros(4, np.float32), 0, np.zeros(4, np.float64), 0, 1)
+
+    @njit
+    def fill_strided(a):
+        fill_zero(a[::2], 0, 1)
+
+    with pytest.raises(TypingError):
+        fill_strided(np.ones(4))
