@@ -978,16 +978,19 @@ def _fused_sequence_backward(saved, d_out, d_c, d_h):
     weights, x, c0, h0, lengths = saved["fused_weights"], saved["x"], saved["c0"], saved["h0"], saved["lengths"]
     schedule = saved["schedule"]
     dtype = weights.dtype
-    if schedule is not None:  # the output gradients in step order (summed where outputs repeat)
-        h_grad = np.zeros(d_out.shape, dtype)
+    # The temporaries from the pool: a bidirectional layer's second direction runs on a helper thread, whose
+    # freed blocks glibc gave back to the system, to be faulted in again at the next call (pool.MIN_BYTES).
+    if schedule is not None:  # the output gradients in step order (summed where outputs repeat; every row written)
+        h_grad = pool.empty(d_out.shape, dtype)
         if h_grad.size:
             with kernel_section():
                 regroup.scatter_add(np.ascontiguousarray(d_out, dtype), schedule.output_of, h_grad)
     else:
-        h_grad = np.array(d_out, dtype, copy=True, order="C")
+        h_grad = pool.empty(d_out.shape, dtype)
+        h_grad[...] = d_out
     if lengths is not None and lengths.size and int(lengths.min()) < h_grad.shape[0]:
         h_grad[np.arange(h_grad.shape[0])[:, None] >= lengths[None, :]] = 0
-    cs_grad = np.zeros(h_grad.shape, dtype)
+    cs_grad = pool.zeros(h_grad.shape, dtype)
     if h_grad.shape[0]:
         h_grad[-1] += d_h
         cs_grad[-1] = d_c
@@ -995,7 +998,7 @@ def _fused_sequence_backward(saved, d_out, d_c, d_h):
         x, c0, h0, weights.kernel, *weights.peepholes, saved["block"], cs_grad, h_grad, x.shape[0],
         OpOptions(use_peephole=weights.use_peepholes, layout="icfo"), weights.backward(), lengths)
     if schedule is not None and d_x.size:  # the inputs' gradients back in time order
-        d_x_steps, d_x = d_x, np.empty(d_x.shape, dtype)
+        d_x_steps, d_x = d_x, pool.empty(d_x.shape, dtype)
         with kernel_section():
             regroup.gather(d_x_steps, schedule.step_of, d_x)
     d_weights = {"kernel": d_kernel, "bias": d_bias}

@@ -1017,7 +1017,7 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
     steps, batch, inputs = x.shape
     units = cs_prev.shape[1]
     dtype = x.dtype
-    x_grad = np.empty((steps, batch, inputs), dtype)
+    x_grad = pool.empty((steps, batch, inputs), dtype)  # pool.MIN_BYTES: no faults on a helper thread
     x_grad[seq_len_max:] = 0  # the GEMMs after the loop write the steps below seq_len_max
     if seq_len_max == 0 or batch == 0:
         zeros = [np.zeros(units, dtype) for _ in range(3)]
@@ -1028,7 +1028,7 @@ def backward(x, cs_prev, h_prev, w, wci, wcf, wco, outputs, cs_grad, h_grad, seq
     num_blocks = x_rows.shape[0] - 1
     w_rows, col_blocks = block_bounds(inputs + units, num_blocks), block_bounds(4 * units, num_blocks)
     x_grad2d = x_grad.reshape(steps * batch, inputs)[:rows]
-    w_grad = np.empty(w.shape, dtype)
+    w_grad = pool.empty(w.shape, dtype)
     b_grad = np.empty(4 * units, dtype)
     h_prev_grad = np.empty((batch, units), dtype)
     c = np.ascontiguousarray

@@ -6,7 +6,13 @@ glibc serves every block above 32 MiB (its largest mmap threshold) with a
 fresh ``mmap`` and unmaps it on ``free``: each forward whose outputs are that
 large, ``7 T B H`` elements (57 MiB at ``(100, 64, 125, 320)``), faults all
 its pages in again and the kernel zeroes them, 13-15 % of the forward's time
-here. Smaller blocks come from glibc's heap, which keeps them.
+here. Smaller blocks come from glibc's heap, which the calling thread keeps;
+but a helper thread's heap (glibc's arena of that thread) gave its freed
+blocks back to the system: the second direction of a bidirectional layer,
+run on a helper thread (:func:`nblstm.cpu.threads.run_each`), faulted in
+some 900 pages of its outputs and gradients at every training call at
+``(50, 32, 128, 128)``, and its forward took 1.2-1.4x the first
+direction's time.
 
 :func:`empty` lends such blocks from a pool instead. The arrays it returns,
 and every view of them, have a small owner object as their base; when the
@@ -23,10 +29,12 @@ from numba import njit
 
 from .._jit import KERNEL
 
-__all__ = ["ALIGNMENT", "MAX_FREE_BYTES", "MIN_BYTES", "aligned", "clear", "empty"]
+__all__ = ["ALIGNMENT", "MAX_FREE_BYTES", "MIN_BYTES", "aligned", "clear", "empty", "zeros"]
 
-#: Blocks smaller than this come from NumPy directly (glibc's heap keeps them).
-MIN_BYTES = 32 << 20
+#: Blocks smaller than this come from NumPy directly. From 256 KiB a block is pooled: the outputs and
+#: gradients of a step of a few rows, on any thread (a 2-layer bidirectional ``nblstm.LSTM`` at
+#: ``(50, 32, 128, 128)`` trained in 0.86x the time with the pool from 256 KiB than from 32 MiB).
+MIN_BYTES = 256 << 10
 #: Alignment in bytes of the data of every array from here.
 ALIGNMENT = 64
 #: Free blocks kept for reuse, in bytes at most.
@@ -118,6 +126,13 @@ def empty(shape, dtype):
     if buffer is None:
         buffer = np.empty(nbytes + ALIGNMENT, np.uint8)
     return np.asarray(_Lease(buffer, shape, dtype))
+
+
+def zeros(shape, dtype):
+    """:func:`empty`, zeroed."""
+    a = empty(shape, dtype)
+    a.fill(0)
+    return a
 
 
 def clear():
