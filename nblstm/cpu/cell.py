@@ -78,6 +78,9 @@ from .partition import (
     fused_projection,
     row_bounds,
 )
+from .views import copy_elements, fill_zero, flat
+
+U = np.uint64  # offsets into flat views: no wraparound test for negative indices
 
 __all__ = [
     "CellGrads",
@@ -269,9 +272,8 @@ def _forward_rows(t, u0, u1, gk, inputs, weights, unit, has_proj, saved):
     c0, h0, lengths = inputs.c0, inputs.h0, inputs.lengths
     gates, c_raw_, c_, ac_, r_, h_ = saved.gates, saved.c_raw, saved.c, saved.ac, saved.r, saved.h
     w_i, w_f, w_o = weights.peepholes
-    batch = gk.shape[0]
+    batch, units = gk.shape[0], c_raw_.shape[2]
     uk = u1 - u0
-    zero = unit.one - unit.one
     # Every row view below is sliced to the chunk, so that the loops index
     # it from 0 (a known non-negative index needs no wraparound: they vectorize).
     # Gates i, j, f, o of the chunk: columns jj, uk + jj, 2 uk + jj, 3 uk + jj
@@ -290,19 +292,18 @@ def _forward_rows(t, u0, u1, gk, inputs, weights, unit, has_proj, saved):
             # r_r is also h without a projection (h_ is r_)
             forward_row(g, pre, bk, c_src, peepholes, unit, (c_raw_r, c_r, ac_r, r_r))
         else:
-            # Past the example's length the state is carried unchanged.
-            for jj in range(4 * uk):
-                pre[jj] = zero
-            for jj in range(uk):
-                c_raw_r[jj] = c_src[jj]
-                c_r[jj] = c_src[jj]
-                ac_r[jj] = zero
-                r_r[jj] = zero
-            if not has_proj:
-                h_src = h0[b, u0:u1] if t == 0 else h_[t - 1, b, u0:u1]
-                h_r = h_[t, b, u0:u1]
-                for jj in range(uk):
-                    h_r[jj] = h_src[jj]
+            # Past the example's length the state is carried unchanged: runs of memory (cpu/views.py), no loops
+            # to compile in both copies of this function.
+            row, n = U(b * units + u0), U(uk)
+            fill_zero(flat(gates), U((t * batch + b) * 4 * units + 4 * u0), U(4 * uk))
+            c_from, c_at = (flat(c0), row) if t == 0 else (flat(c_), U((tp * batch + b) * units + u0))
+            copy_elements(flat(c_raw_), U((tw * batch + b) * units + u0), c_from, c_at, n)
+            copy_elements(flat(c_), U((tc * batch + b) * units + u0), c_from, c_at, n)
+            fill_zero(flat(ac_), U((ta * batch + b) * units + u0), n)
+            fill_zero(flat(r_), U((tr * batch + b) * units + u0), n)
+            if not has_proj:  # h_ is r_ (units columns): h carried after r's zeroes
+                h_from, h_at = (flat(h0), row) if t == 0 else (flat(h_), U(((t - 1) * batch + b) * units + u0))
+                copy_elements(flat(h_), U((t * batch + b) * units + u0), h_from, h_at, n)
 
 
 @njit(**KERNEL)
@@ -459,7 +460,6 @@ def _backward_h(t, k, col_bounds, lengths, weights, options, saved, d_out, work,
     steps = dgates.shape[0]
     four_units = dgates.shape[2]
     pk = p1 - p0
-    zero = one - one
     width = col1 - col0
     gk = work[batch * col0:batch * col1].reshape((batch, width))
     if t + 1 < steps:  # on the micro-kernel's panels (PackedWeights)
@@ -485,8 +485,7 @@ def _backward_h(t, k, col_bounds, lengths, weights, options, saved, d_out, work,
                     for jj in range(pk):
                         raw_r[jj] = dh_r[jj] + out_r[jj]
             else:
-                for jj in range(pk):
-                    raw_r[jj] = zero
+                fill_zero(flat(dh_raw), U((t * batch + b) * dh_raw.shape[2] + p0), U(pk))
 
 
 @njit(inline="always")
@@ -500,9 +499,8 @@ def _backward_rows(t, u0, u1, drk, inputs, weights, unit, saved, grads):
     dc = grads.dc
     w_i, w_f, w_o = weights.peepholes
     w_i_grad, w_f_grad, w_o_grad = grads.peepholes
-    batch = drk.shape[0]
+    batch, units = drk.shape[0], dc.shape[1]
     uk = u1 - u0
-    zero = unit.one - unit.one
     # Row views sliced to the chunk, indexed from 0 (see _forward_rows).
     w_ik, w_fk, w_ok = w_i[u0:u1], w_f[u0:u1], w_o[u0:u1]
     gi_k, gf_k, go_k = w_i_grad[u0:u1], w_f_grad[u0:u1], w_o_grad[u0:u1]
@@ -510,8 +508,7 @@ def _backward_rows(t, u0, u1, drk, inputs, weights, unit, saved, grads):
         dg = dgates[t, b, 4 * u0:4 * u1]
         if t >= lengths[b]:
             # A carried step: no gate gradients, the cell gradient passes unchanged.
-            for jj in range(4 * uk):
-                dg[jj] = zero
+            fill_zero(flat(dgates), U((t * batch + b) * 4 * units + 4 * u0), U(4 * uk))
             continue
         dr = drk[b]
         dc_r = dc[b, u0:u1]
