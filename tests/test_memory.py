@@ -7,7 +7,9 @@ workspace; a backward call needs its gradients, one ``[T, B, 4H]`` buffer
 the time loop (``[4H, H]``, padded to the micro-kernel's panels). The gate
 gradients are kept per Python thread from one backward call to the next, so
 a second call of the same shape allocates less than the bound; the test
-measures a call that allocates them. Beyond that only the time loops' step
+measures a call that allocates them. Likewise the pool's free blocks
+(``nblstm.cpu.pool``), from which a later call takes its outputs and
+gradients: each test empties it first. Beyond that only the time loops' step
 counters scale with ``T`` (``nblstm.cpu.sync``: ``K + 1`` int64 per step for
 ``K`` chunks, one per thread). Numba's own allocations go through Python's
 raw allocator, so ``tracemalloc`` sees them too.
@@ -36,6 +38,7 @@ def _step_counters(steps):
 
 
 def _peak(fn):
+    _pool.clear()  # a call that allocates its outputs, not one that takes them from the pool
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()

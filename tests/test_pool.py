@@ -64,6 +64,34 @@ def test_free_blocks_are_bounded(small_pool, monkeypatch):
     assert sum(n for n, _ in _pool._free) <= 3 * 8192
 
 
+def test_a_free_block_serves_requests_down_to_half_its_size(small_pool):
+    a = _pool.empty((1000,), np.float64)
+    where = _address(a)
+    del a
+    gc.collect()
+    b = _pool.empty((600,), np.float64)  # 4.8 of 8 KB: the same block
+    assert _address(b) == where and b.shape == (600,)
+    b[...] = 1.0
+    del b
+    gc.collect()
+    c = _pool.empty((400,), np.float64)  # under half: fresh memory, and the 8 KB block stays free
+    assert _address(c) != where
+    assert [n for n, _ in _pool._free] == [8000 + _pool.ALIGNMENT]
+
+
+def test_a_request_no_block_serves_drops_the_smaller_ones(small_pool):
+    """Calls whose sizes grow leave nothing behind: the free blocks smaller than a request that none of them
+    serves are dropped (and their bytes no longer counted)."""
+    blocks = [_pool.empty((n,), np.float64) for n in (200, 300, 5000)]
+    del blocks
+    gc.collect()
+    assert sorted(n for n, _ in _pool._free) == [1600 + 64, 2400 + 64, 40000 + 64]
+    grown = _pool.empty((1000,), np.float64)  # 8 KB: too large for the small ones, under half of the large one
+    assert sorted(n for n, _ in _pool._free) == [40000 + 64]
+    assert _pool._free_bytes == 40000 + 64
+    del grown
+
+
 def test_forward_outputs_from_the_pool_stay_intact(small_pool):
     """Two forwards in a row with pooled outputs: the first call's outputs are not overwritten by the second,
     and a third call after they are freed gives the same results in recycled memory."""

@@ -37,7 +37,8 @@ def test_fill_zero_is_a_slice_set_to_positive_zero(dtype, start, count):
 def test_copy_elements_copies_a_run_and_nothing_else(dtype):
     rng = np.random.default_rng(0)
     src = rng.standard_normal((4, 6)).astype(dtype)
-    src[1, 2] = np.nan
+    src[1, 2] = np.frombuffer(np.array([0x7FF0000000000001 if dtype == np.float64 else 0x7F800001],
+                                       np.uint64 if dtype == np.float64 else np.uint32).tobytes(), dtype)[0]
     src[2, 0] = -0.0
     dst = np.full((3, 7), 5, dtype)
     expected = dst.copy().reshape(-1)
@@ -48,6 +49,7 @@ def test_copy_elements_copies_a_run_and_nothing_else(dtype):
 
 @pytest.mark.parametrize(("dst_start", "src_start"), [(2, 0), (0, 2), (3, 3)])
 def test_copy_elements_within_one_array_as_memmove(dst_start, src_start):
+    """Overlapping runs come out as if copied through a buffer."""
     a = np.arange(12, dtype=np.float32)
     expected = a.copy()
     expected[dst_start:dst_start + 8] = a[src_start:src_start + 8].copy()
@@ -67,3 +69,10 @@ def test_views_refuse_other_layouts_and_dtypes():
 
     with pytest.raises(TypingError):
         fill_strided(np.ones(4))
+
+    read_only = np.ones(4)
+    read_only.flags.writeable = False
+    with pytest.raises(TypingError):
+        _fill(read_only, 0, 1)
+    with pytest.raises(TypingError):
+        _copy(read_only, 0, np.zeros(4), 0, 1)

@@ -898,18 +898,18 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
         saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, h_raw=h_raw_, h=h_)
         return saved
     # Every element of these is written by the kernel.
-    gates = pool.aligned((steps, batch, 4 * units), dtype)
+    gates = pool.empty((steps, batch, 4 * units), dtype)
     if save:
-        c_raw_, c_, ac_, r_ = pool.aligned((4, steps, batch, units), dtype)  # one allocation
+        c_raw_, c_, ac_, r_ = pool.empty((4, steps, batch, units), dtype)  # one allocation
         if packed.has_proj:
-            h_raw_, h_ = pool.aligned((steps, batch, depth), dtype), pool.aligned((steps, batch, depth), dtype)
+            h_raw_, h_ = pool.empty((steps, batch, depth), dtype), pool.empty((steps, batch, depth), dtype)
     else:  # a step's scratch, the previous cell state, and the outputs
-        c_raw_, ac_, r_ = pool.aligned((3, 1, batch, units), dtype)
-        c_ = pool.aligned((2, batch, units), dtype)
+        c_raw_, ac_, r_ = pool.empty((3, 1, batch, units), dtype)
+        c_ = pool.empty((2, batch, units), dtype)
         if packed.has_proj:
-            h_raw_, h_ = pool.aligned((1, batch, depth), dtype), pool.aligned((steps, batch, depth), dtype)
+            h_raw_, h_ = pool.empty((1, batch, depth), dtype), pool.empty((steps, batch, depth), dtype)
         else:
-            r_ = pool.aligned((steps, batch, units), dtype)
+            r_ = pool.empty((steps, batch, units), dtype)
     if not packed.has_proj:
         h_raw_, h_ = _dummy3(dtype), r_
     saved.update(gates=gates, c_raw=c_raw_, c=c_, ac=ac_, r=r_, h_raw=h_raw_, h=h_)
@@ -920,7 +920,7 @@ def sequence_forward(x, c0, h0, packed, lengths, options, schedule=None, fused_w
     with kernel_section():
         if schedule is not None:
             # The projection of every time, in time order, then its rows in step order.
-            pre = pool.aligned((steps, batch, 4 * units), dtype)
+            pre = pool.empty((steps, batch, 4 * units), dtype)
             blocks = x_rows.shape[0] - 1
             claims, done = sync.counters(1, blocks)
             threads.run(projection_worker, (claims, done, x.reshape(rows, inputs), packed.w_x, x_rows,
@@ -943,7 +943,7 @@ def _fused_sequence_forward(x, c0, h0, lengths, options, weights, save, schedule
     c = np.ascontiguousarray
     x, c0, h0 = c(x, dtype), c(c0, dtype), c(h0, dtype)
     if schedule is not None and x.size:
-        x_steps = pool.aligned(x.shape, dtype)
+        x_steps = pool.empty(x.shape, dtype)
         with kernel_section():
             regroup.gather(x, schedule.time_of, x_steps)
         x = x_steps
@@ -1077,7 +1077,7 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
             saved.update(sequence_forward(x, c0, h0, packed, lengths, saved["options"], schedule))
         dgates = saved["gates"]
         saved["gates"] = None
-        dh_raw = pool.aligned((steps, batch, depth), dtype)
+        dh_raw = pool.empty((steps, batch, depth), dtype)
         work = np.empty(batch * units, dtype)
         proj_work = pool.aligned(batch * int(packed.rt_off[-1]), dtype)
         lengths = c(lengths, np.int64)
@@ -1090,7 +1090,7 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
         with kernel_section():
             d_out = c(d_out, dtype)
             if schedule is not None:  # the output gradients in step order (summed where outputs repeat)
-                d_out_steps = pool.aligned((steps, batch, depth), dtype)
+                d_out_steps = pool.empty((steps, batch, depth), dtype)
                 regroup.scatter_add(d_out, schedule.output_of, d_out_steps)
                 d_out = d_out_steps
             backward_kernel(CellInputs(x.reshape(rows, inputs), x_rows, c0, h0, lengths), packed.record,
@@ -1100,9 +1100,9 @@ def sequence_backward(saved, packed, d_out, d_c, d_h):
                             d_out, work, proj_work, CellGrads(dh_raw, dc, dh, tuple(peephole_grads)))
             if schedule is not None:
                 # Back to time order: the gate gradients, and each time's previous output (h0 before step 0).
-                dgates_steps, dgates = dgates, pool.aligned((steps, batch, 4 * units), dtype)
+                dgates_steps, dgates = dgates, pool.empty((steps, batch, 4 * units), dtype)
                 regroup.gather(dgates_steps, schedule.step_of, dgates)
-                h_prev = pool.aligned((steps, batch, depth), dtype)
+                h_prev = pool.empty((steps, batch, depth), dtype)
                 regroup.gather(saved["h"], schedule.step_of, h_prev, first=h0, shift=1)
                 # weight_grads_kernel reads row r - B as the previous output of row r, h_first before row B.
                 h_first, h_steps = h_prev[0], h_prev[1:].reshape((steps - 1) * batch, depth)

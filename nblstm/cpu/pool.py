@@ -17,8 +17,9 @@ direction's time.
 :func:`empty` lends such blocks from a pool instead. The arrays it returns,
 and every view of them, have a small owner object as their base; when the
 last of them is gone the owner hands the memory back to the pool, and the
-next call of the same size reuses it, already mapped. The pool keeps at most
-:data:`MAX_FREE_BYTES` of free blocks, the most recently freed first.
+next call of the same size (or up to half as large) reuses it, already mapped. The
+pool keeps at most :data:`MAX_FREE_BYTES` of free blocks, the most recently freed
+first, and drops those smaller than a request that none of them serves.
 """
 
 import math
@@ -42,6 +43,7 @@ MAX_FREE_BYTES = 256 << 20
 
 _lock = threading.RLock()  # re-entrant: a collection may free a block while the pool is locked
 _free = []  # [(nbytes, uint8 buffer)], most recently freed last
+_free_bytes = 0  # their total
 
 
 class _Lease:
@@ -89,18 +91,37 @@ def aligned(shape, dtype):
 
 
 def _release(buffer):
+    global _free_bytes
     with _lock:
         _free.append((buffer.nbytes, buffer))
-        total = sum(n for n, _ in _free)
-        while total > MAX_FREE_BYTES:
-            total -= _free.pop(0)[0]
+        _free_bytes += buffer.nbytes
+        while _free_bytes > MAX_FREE_BYTES:
+            _free_bytes -= _free.pop(0)[0]
 
 
 def _take(nbytes):
+    """The smallest free block of ``nbytes`` to ``2 * nbytes`` bytes (of equals, the most recently freed), or
+    ``None``.
+
+    Without one, the free blocks smaller than ``nbytes`` are dropped: calls
+    whose sizes grow (a sequence length that changes from batch to batch)
+    would never take them again, and kept they held the pool's whole
+    :data:`MAX_FREE_BYTES` (a cell trained at ``T = 10, 13, .., 199``:
+    a peak RSS of 534 MiB, against 273 MiB with blocks from glibc alone).
+    """
+    global _free_bytes
     with _lock:
+        best = -1
         for k in range(len(_free) - 1, -1, -1):
-            if _free[k][0] == nbytes:
-                return _free.pop(k)[1]
+            size = _free[k][0]
+            if nbytes <= size <= 2 * nbytes and (best < 0 or size < _free[best][0]):
+                best = k
+        if best >= 0:
+            size, buffer = _free.pop(best)
+            _free_bytes -= size
+            return buffer
+        _free[:] = [(size, buffer) for size, buffer in _free if size >= nbytes]
+        _free_bytes = sum(size for size, _ in _free)
     return None
 
 
@@ -137,5 +158,7 @@ def zeros(shape, dtype):
 
 def clear():
     """Drop every free block (the memory of blocks in use is not affected)."""
+    global _free_bytes
     with _lock:
         _free.clear()
+        _free_bytes = 0

@@ -46,8 +46,8 @@ def flat(typingctx, a):
     return target(a), codegen
 
 
-def _is_flat(a):
-    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C"
+def _is_flat(a, writable=False):
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and (a.mutable or not writable)
 
 
 def _element(context, builder, array_type, array, index_type, index):
@@ -64,9 +64,9 @@ def _bytes(context, builder, array_type, count_type, count):
 
 @intrinsic
 def fill_zero(typingctx, a, start, count):
-    """``a[start:start + count] = 0`` for a 1-D C-contiguous ``a`` (:func:`flat`), as one ``memset``: every bit
+    """``a[start:start + count] = 0`` for a writable 1-D C-contiguous ``a`` (:func:`flat`), as one ``memset``: every bit
     zero, a positive zero. No bounds check: ``0 <= start``, ``0 <= count`` and ``start + count <= a.size``."""
-    if not (_is_flat(a) and isinstance(start, types.Integer) and isinstance(count, types.Integer)):
+    if not (_is_flat(a, writable=True) and isinstance(start, types.Integer) and isinstance(count, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):
@@ -81,8 +81,9 @@ def fill_zero(typingctx, a, start, count):
 @intrinsic
 def copy_elements(typingctx, dst, dst_start, src, src_start, count):
     """``dst[dst_start:dst_start + count] = src[src_start:src_start + count]`` for 1-D C-contiguous arrays of one
-    dtype (:func:`flat`), as one ``memmove`` (the runs may overlap). No bounds check, as :func:`fill_zero`."""
-    if not (_is_flat(dst) and _is_flat(src) and dst.dtype == src.dtype
+    dtype (:func:`flat`; ``dst`` writable), as one ``memmove`` (the runs may overlap). No bounds check, as
+    :func:`fill_zero`."""
+    if not (_is_flat(dst, writable=True) and _is_flat(src) and dst.dtype == src.dtype
             and all(isinstance(t, types.Integer) for t in (dst_start, src_start, count))):
         return None
 
