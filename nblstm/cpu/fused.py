@@ -251,11 +251,12 @@ def _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots):
     time loop compiles as without lengths (a test of the lengths in its row
     loop took the forward 1.03-1.05x the time). Each row's zeroes and copies
     are one ``memset`` or ``memmove`` on flat views (:func:`fill_zero`,
-    :func:`copy_elements`): indexed by three indices, the carry of the
-    finished rows took 0.6x the time of a step's computed rows (``(50, 32,
-    128, 128)``); as loops, which LLVM vectorized, this function took 0.38 s
-    of the ops' first call on an empty cache (it is compiled on its own and
-    again inside the forward worker).
+    :func:`copy_elements`): written as loops over arrays indexed by three
+    indices, the carry of the finished rows took 0.6x the time of a step's
+    computed rows (``(50, 32, 128, 128)``), and as loops over flat views,
+    which LLVM vectorized, this function took 0.38 s of the ops' first call
+    on an empty cache (it is compiled on its own and again inside the forward
+    worker).
     """
     i_, cs_, f_, o_, ci_, co_, h_ = outs
     ti, tc, tp, to = slots
@@ -684,8 +685,8 @@ def weight_grads_block(k, x2d, h2d, h_prev, dg2d, w_in, splits, x_grad2d, w_grad
     gemm((b1 - b0, gates, rows - batch, depth, gates, gates, 1, 0, 1, size), address(h2d, b0),
          address(dg2d, batch * gates), address(w_grad, (inputs + b0) * gates))
     n0, n1 = col_blocks[k], col_blocks[k + 1]
+    fill_zero(b_grad, U(n0), U(n1 - n0))
     bk = b_grad[n0:n1]  # sliced, so that the loop indexes from 0 and vectorizes
-    fill_zero(bk, U(0), U(n1 - n0))
     for row in range(rows):
         dr = dg2d[row, n0:n1]
         for c in range(n1 - n0):

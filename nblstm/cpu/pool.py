@@ -32,9 +32,9 @@ from .._jit import KERNEL
 
 __all__ = ["ALIGNMENT", "MAX_FREE_BYTES", "MIN_BYTES", "aligned", "clear", "empty", "zeros"]
 
-#: Blocks smaller than this come from NumPy directly. From 256 KiB a block is pooled: the outputs and
-#: gradients of a step of a few rows, on any thread (a 2-layer bidirectional ``nblstm.LSTM`` at
-#: ``(50, 32, 128, 128)`` trained in 0.86x the time with the pool from 256 KiB than from 32 MiB).
+#: Blocks smaller than this come from NumPy directly. From 256 KiB a block is pooled, on any thread (a
+#: 2-layer bidirectional ``nblstm.LSTM`` at ``(50, 32, 128, 128)`` trained in 0.86x the time with the pool
+#: from 256 KiB than from 32 MiB).
 MIN_BYTES = 256 << 10
 #: Alignment in bytes of the data of every array from here.
 ALIGNMENT = 64

@@ -51,6 +51,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._jit import CALLEE
+from .views import element_pointer
 
 __all__ = ["atomic_add", "atomic_load", "claim", "claimed", "count_done", "counters", "wait_for"]
 
@@ -90,11 +91,6 @@ def _is_counters(array_type):
             and array_type.layout == "C")
 
 
-def _element_pointer(context, builder, array_type, array, index):
-    data = context.make_array(array_type)(context, builder, array).data
-    return builder.gep(data, [index])
-
-
 @intrinsic
 def atomic_add(typingctx, counters, index, value):
     """``counters[index] += value`` atomically (sequentially consistent); returns the old value."""
@@ -103,7 +99,7 @@ def atomic_add(typingctx, counters, index, value):
     sig = types.int64(counters, types.intp, types.int64)
 
     def codegen(context, builder, signature, args):
-        ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        ptr = element_pointer(context, builder, signature.args[0], args[0], args[1])
         return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
 
     return sig, codegen
@@ -117,7 +113,7 @@ def atomic_load(typingctx, counters, index):
     sig = types.int64(counters, types.intp)
 
     def codegen(context, builder, signature, args):
-        ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        ptr = element_pointer(context, builder, signature.args[0], args[0], args[1])
         return builder.load_atomic(ptr, "acquire", 8)
 
     return sig, codegen
@@ -143,7 +139,7 @@ def _sleep_while(typingctx, counters, index, value):
     def codegen(context, builder, signature, args):
         i64, i32 = ir.IntType(64), ir.IntType(32)
         if _FUTEX:
-            ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+            ptr = element_pointer(context, builder, signature.args[0], args[0], args[1])
             timespec = ir.LiteralStructType([i64, i64])
             timeout = cgutils.alloca_once(builder, timespec)
             builder.store(ir.Constant(timespec, [SLEEP_NS // 1_000_000_000, SLEEP_NS % 1_000_000_000]), timeout)
@@ -166,7 +162,7 @@ def _wake_all(typingctx, counters, index):
 
     def codegen(context, builder, signature, args):
         if _FUTEX:
-            ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+            ptr = element_pointer(context, builder, signature.args[0], args[0], args[1])
             timeout = ir.Constant(ir.IntType(32).as_pointer(), None)
             _futex_call(builder, ptr, _FUTEX_WAKE_PRIVATE, ir.Constant(ir.IntType(32), (1 << 31) - 1), timeout)
         return context.get_dummy_value()

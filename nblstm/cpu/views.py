@@ -22,7 +22,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
-__all__ = ["copy_elements", "fill_zero", "flat"]
+__all__ = ["copy_elements", "element_pointer", "fill_zero", "flat"]
 
 
 @intrinsic
@@ -50,10 +50,14 @@ def _is_flat(a, writable=False):
     return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and (a.mutable or not writable)
 
 
+def element_pointer(context, builder, array_type, array, index):
+    """In an intrinsic's code: the address of ``array[index]`` (a 1-D C-contiguous array, an ``intp`` index)."""
+    return builder.gep(make_array(array_type)(context, builder, array).data, [index])
+
+
 def _element(context, builder, array_type, array, index_type, index):
-    """The address of ``array[index]`` (a 1-D C-contiguous array, any integer ``index``)."""
-    data = make_array(array_type)(context, builder, array).data
-    return builder.gep(data, [context.cast(builder, index, index_type, types.intp)])
+    """:func:`element_pointer` for an ``index`` of any integer type."""
+    return element_pointer(context, builder, array_type, array, context.cast(builder, index, index_type, types.intp))
 
 
 def _bytes(context, builder, array_type, count_type, count):
