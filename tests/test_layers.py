@@ -1595,6 +1595,9 @@ def test_nested_multi_rnn_cells_run_as_their_cells_in_order():
     (dict(go_backwards=True), True), (dict(reverse=True, num_layers=2), True),
     # Nothing skipped there, or an input projection on BLAS before the time loop: the caller's order.
     (dict(input_size=300), False), (dict(proj_size=3), False), (dict(num_layers=2, dropout=0.5, training=True), False),
+    # From 32 examples longer inputs are projected inside the steps too (nblstm.cpu.partition.fused_projection).
+    (dict(input_size=300, batch=40), True), (dict(input_size=300, batch=40, num_layers=2, bidirectional=True), True),
+    (dict(input_size=1100, batch=40), False),
 ], ids=str)
 def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, sorts, monkeypatch):
     """An inference call sorts the examples by length (nblstm.schedule.by_length) where the kernels then skip the
@@ -1608,10 +1611,10 @@ def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, so
                         or orders[-1])
     config = {"input_size": 5, **config}
     training = config.pop("training", False)
+    steps, batch = 7, config.pop("batch", 9)
     layer = nblstm.LSTM(config.pop("input_size"), 6, seed=3, **config)
     rng = np.random.default_rng(5)
-    steps, batch = 7, 9
-    lengths = np.array([3, 7, 0, 5, 7, 1, 2, 6, 4])
+    lengths = np.resize([3, 7, 0, 5, 7, 1, 2, 6, 4], batch)
     x = rng.standard_normal((batch, steps, layer.input_size) if layer.batch_first
                             else (steps, batch, layer.input_size)).astype(layer.dtype)
     rows = layer.num_layers * (2 if layer.bidirectional else 1)

@@ -11,7 +11,7 @@ How the work is laid out (:ref:`design-cpu`):
   workers for the two cores (40-100x slowdowns measured from such
   oversubscription, :ref:`design-threads`).
 - The input projection ``x_t @ w[:I]``: with ``B > 1`` and ``I <= 256``
-  each step computes its own on the micro-kernel, continuing the same
+  (longer inputs from ``B = 32``) each step computes its own on the micro-kernel, continuing the same
   accumulators with ``h_{t-1} @ w[I:]``
   (:func:`~nblstm.cpu.partition.fused_projection`), so that no
   ``[T, B, 4H]`` projection goes to memory and comes back. Otherwise it is

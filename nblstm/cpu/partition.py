@@ -51,8 +51,12 @@ MIN_PARALLEL_CELL_STEP_WORK = 1 << 18
 # Fewer hidden units than this per chunk make thin, inefficient GEMMs.
 _MIN_UNITS_PER_CHUNK = 8
 # Largest panel of packed input weights for which a step computes its own
-# input projection (fused_projection).
+# input projection at any batch size (fused_projection).
 _FUSED_PANEL_BYTES = 32 * 1024
+# From this batch size, a step computes its own input projection for inputs of
+# up to _FUSED_MAX_INPUT_BYTES a row too (fused_projection).
+_FUSED_MIN_BATCH = 32
+_FUSED_MAX_INPUT_BYTES = 4096
 #: Below this many multiply-adds in a whole kernel call, one thread runs it,
 #: whatever its chunks: a helper thread joins a call 20-60 us after it
 #: starts (:mod:`nblstm.cpu.threads`), about the time of this much work on
@@ -209,12 +213,29 @@ def fused_projection(batch_size, inputs, dtype):
     With ``B > 1``, when a panel of the packed input weights (``I x P``)
     fits in 32 KiB of L1: ``I <= 256`` in float32 and float64. Measured
     against the projection as BLAS GEMMs before the loop: 0.97x the time at
-    ``(50, 32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``, but about
-    1.07x at ``I = H = 512`` and 1.17x at ``I = H = 1024``, where the
-    micro-kernel streams longer panels from L2 and packing ``w[:I]`` at
-    every call costs more.
+    ``(50, 32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``.
+
+    With ``B >= 32`` also for inputs of up to 4 KiB a row (``I <= 1024`` in
+    float32, ``I <= 512`` in float64): each panel then serves at least four
+    tiles of rows from L1 and L2, and the projection before the loop writes
+    ``[T, B, 4H]`` to memory and reads it back. ``nblstm.LSTM``'s forward,
+    its weights packed once, on an Intel Xeon with AVX-512 (2 threads,
+    float32): 0.87-0.91x the time at ``(50, 32 .. 128, 512, 256)``, 0.93x at
+    ``(50, 128, 512, 512)``, 0.88x at ``(25, 32, 1024, 1024)``, 0.90x at
+    ``(25, 64, 1024, 1024)``, 0.95-0.99x at ``(50, 32, 1024, 256)`` and
+    ``(50, 32 .. 64, 512, 512)``; float64 0.96x at ``(50, 32, 512, 256)`` and
+    ``(50, 64, 512, 512)``, but 1.12x at ``(25, 32, 1024, 1024)`` (8 KiB a
+    row). The fused ops, which pack their weights at every call: 0.93-0.95x
+    at ``(50, 64 .. 128, 512, 256 .. 512)``, 0.96-1.04x at ``(50, 32, 512,
+    512)`` and ``(25, 32 .. 64, 1024, 1024)``. Smaller batches stay on BLAS:
+    1.02-1.09x at ``(50, 16 .. 24, 512, 512)``.
     """
-    return batch_size > 1 and inputs * microkernel.panel_width(dtype) * np.dtype(dtype).itemsize <= _FUSED_PANEL_BYTES
+    if batch_size <= 1:
+        return False
+    itemsize = np.dtype(dtype).itemsize
+    if inputs * microkernel.panel_width(dtype) * itemsize <= _FUSED_PANEL_BYTES:
+        return True
+    return batch_size >= _FUSED_MIN_BATCH and inputs * itemsize <= _FUSED_MAX_INPUT_BYTES
 
 
 def cell_chunk_bounds(batch_size, width, num_chunks=None):
