@@ -57,9 +57,9 @@ def _op_shapes(dtype):
     """``(T, B, I, H)`` of the fused ops' calls: together they take every path of :mod:`nblstm.cpu.partition`."""
     from .cpu.partition import fused_projection
 
-    # The smallest I whose packed input weights' panel is over 32 KiB: the input projection is GEMMs before the loop.
+    # The smallest I for which the input projection is GEMMs before the loop at B = 8, H = 512.
     unfused = 64
-    while fused_projection(8, unfused, dtype):
+    while fused_projection(8, unfused, 512, dtype):
         unfused *= 2
     return (
         (3, 2, 3, 8),  # one chunk (a small step), the input projection inside the steps

@@ -301,7 +301,7 @@ def test_cases_take_every_path():
         threads = [call_threads(t * b * 4 * h * (i + h)) > 1 for t, b, i, h in shapes]
         assert chunks == [False, False, several, several, several]
         assert threads == [False, False, False, several, several]
-        assert [fused_projection(b, i, dtype) for _, b, i, _ in shapes] == [True, False, True, True, False]
+        assert [fused_projection(b, i, h, dtype) for _, b, i, h in shapes] == [True, False, True, True, False]
         t, b, i, h = shapes[-1]
         assert row_blocks(t * b, i * 4 * h)[1]  # the input projection's GEMMs in parallel
     chunks = [len(cell_chunk_bounds(b, h)) - 1 > 1 for _, b, _, h, _ in _CELL_SHAPES]

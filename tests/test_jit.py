@@ -120,7 +120,7 @@ def test_the_fused_ops_bits(dtype, shape, layout, options):
     forget_bias, cell_clip, use_peephole = options
     steps, batch, inputs, units = shape
     p = _problem(shape, dtype, seed=3)
-    same_bits = fused_projection(batch, inputs, dtype)
+    same_bits = fused_projection(batch, inputs, units, dtype)
     op_options = {"forget_bias": forget_bias, "cell_clip": cell_clip, "use_peephole": use_peephole, "layout": layout}
     expected = nblstm.block_lstm(*_args(p), **op_options)
     outs = _forward(p, options, layout)

@@ -1593,11 +1593,14 @@ def test_nested_multi_rnn_cells_run_as_their_cells_in_order():
     (dict(dtype=np.float64, bidirectional=True), True), (dict(dtype=np.float16), True),
     (dict(num_layers=2, dropout=0.5), True),  # dropout applies only when training
     (dict(go_backwards=True), True), (dict(reverse=True, num_layers=2), True),
+    # Longer inputs projected inside the steps (nblstm.cpu.partition.fused_projection): small weights from 8
+    # examples, inputs up to 4 KiB a row from 32.
+    (dict(input_size=300), True), (dict(input_size=300, batch=40), True),
+    (dict(input_size=300, batch=40, num_layers=2, bidirectional=True), True),
     # Nothing skipped there, or an input projection on BLAS before the time loop: the caller's order.
-    (dict(input_size=300), False), (dict(proj_size=3), False), (dict(num_layers=2, dropout=0.5, training=True), False),
-    # From 32 examples longer inputs are projected inside the steps too (nblstm.cpu.partition.fused_projection).
-    (dict(input_size=300, batch=40), True), (dict(input_size=300, batch=40, num_layers=2, bidirectional=True), True),
-    (dict(input_size=1100, batch=40), False),
+    (dict(input_size=300, batch=5), False), (dict(input_size=300, hidden=600), False),
+    (dict(input_size=1100, hidden=256, batch=40), False),
+    (dict(proj_size=3), False), (dict(num_layers=2, dropout=0.5, training=True), False),
 ], ids=str)
 def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, sorts, monkeypatch):
     """An inference call sorts the examples by length (nblstm.schedule.by_length) where the kernels then skip the
@@ -1612,14 +1615,15 @@ def test_inference_with_lengths_runs_longest_first_with_the_same_bits(config, so
     config = {"input_size": 5, **config}
     training = config.pop("training", False)
     steps, batch = 7, config.pop("batch", 9)
-    layer = nblstm.LSTM(config.pop("input_size"), 6, seed=3, **config)
+    units = config.pop("hidden", 6)
+    layer = nblstm.LSTM(config.pop("input_size"), units, seed=3, **config)
     rng = np.random.default_rng(5)
     lengths = np.resize([3, 7, 0, 5, 7, 1, 2, 6, 4], batch)
     x = rng.standard_normal((batch, steps, layer.input_size) if layer.batch_first
                             else (steps, batch, layer.input_size)).astype(layer.dtype)
     rows = layer.num_layers * (2 if layer.bidirectional else 1)
-    depth = layer.proj_size or 6
-    hx = tuple(rng.standard_normal((rows, batch, n)).astype(layer.dtype) for n in (depth, 6))
+    depth = layer.proj_size or units
+    hx = tuple(rng.standard_normal((rows, batch, n)).astype(layer.dtype) for n in (depth, units))
     given = [a.copy() for a in (x, *hx, lengths)]
     out, (h_n, c_n) = layer(x, hx, sequence_length=lengths, training=training)
     assert (bool(orders) and orders[-1] is not None) == sorts

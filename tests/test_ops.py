@@ -145,7 +145,7 @@ def test_incoming_gradients_past_seq_len_max_are_ignored():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [1, 3, 9])
 def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch):
-    # With B > 1 and a short input (nblstm.cpu.partition.fused_projection) each step computes
+    # Where nblstm.cpu.partition.fused_projection says so, each step computes
     # its own input projection; otherwise it comes before the time loop.
     # Force each way on the same problem: both match the reference.
     from nblstm.cpu import partition
@@ -157,8 +157,9 @@ def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch)
                               0.8, True, "icfo")
     seen = []
     for limit in (0, 1 << 30):
-        monkeypatch.setattr(partition, "_FUSED_PANEL_BYTES", limit)
-        seen.append(partition.fused_projection(batch, 7, dtype))
+        for name in ("_FUSED_PANEL_BYTES", "_FUSED_MAX_WEIGHT_BYTES", "_FUSED_MAX_INPUT_BYTES"):
+            monkeypatch.setattr(partition, name, limit)
+        seen.append(partition.fused_projection(batch, 7, 6, dtype))
         out = nblstm.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], p["wci"], p["wcf"], p["wco"],
                                 **options)
         for name in out._fields:

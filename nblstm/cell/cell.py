@@ -1092,7 +1092,7 @@ def skips_sorted_rows(cell, steps, batch, inputs, dtype):
     bits (:func:`nblstm.cpu.cell.skips_sorted_rows`): ``inputs`` its input depth, ``dtype`` the inputs'."""
     from ..cpu.cell import skips_sorted_rows as cpu_skips
 
-    return cpu_skips(cell._options(), cell.num_proj is not None, steps, batch, inputs, np.dtype(dtype))
+    return cpu_skips(cell._options(), cell.num_proj is not None, steps, batch, inputs, cell.num_units, np.dtype(dtype))
 
 
 def checked_forward(cell, info, inputs, state, lengths, order, with_grad):

@@ -803,7 +803,7 @@ def fused_forward_applies(options, has_proj, steps):
     return not has_proj and options.kernel_code() == 0 and options.cell_clip is None and steps > 1
 
 
-def skips_sorted_rows(options, has_proj, steps, batch, inputs, dtype):
+def skips_sorted_rows(options, has_proj, steps, batch, inputs, units, dtype):
     """Whether an inference call of the cell gains by its examples sorted longest first, with the same bits.
 
     It does on the fused kernels (:func:`fused_forward_applies`) with the
@@ -816,7 +816,7 @@ def skips_sorted_rows(options, has_proj, steps, batch, inputs, dtype):
     independence.
     """
     return (fused_forward_applies(options, has_proj, steps)
-            and fused_projection(max(batch, 1), inputs, np.dtype(np.float32 if dtype == np.float16 else dtype)))
+            and fused_projection(max(batch, 1), inputs, units, np.dtype(np.float32 if dtype == np.float16 else dtype)))
 
 
 class FusedWeights:

@@ -11,9 +11,9 @@ How the work is laid out (:ref:`design-cpu`):
   workers for the two cores (40-100x slowdowns measured from such
   oversubscription, :ref:`design-threads`).
 - The input projection ``x_t @ w[:I]``: with ``B > 1`` and ``I <= 256``
-  (longer inputs from ``B = 32``) each step computes its own on the micro-kernel, continuing the same
-  accumulators with ``h_{t-1} @ w[I:]``
-  (:func:`~nblstm.cpu.partition.fused_projection`), so that no
+  (longer inputs from ``B = 8`` or ``32``) each step computes its own on
+  the micro-kernel, continuing the same accumulators with ``h_{t-1} @
+  w[I:]`` (:func:`~nblstm.cpu.partition.fused_projection`), so that no
   ``[T, B, 4H]`` projection goes to memory and comes back. Otherwise it is
   one GEMM before the time loop, computed straight into the gate outputs,
   its rows split in blocks that do not depend on the thread count (so that
@@ -761,7 +761,7 @@ class ForwardWeights:
         self.bounds = chunk_bounds(batch, units)
         self.blocks = gate_blocks(layout)
         self.col_off = column_offsets(self.bounds, 4, dtype)
-        self.fused = fused_projection(batch, inputs, dtype)
+        self.fused = fused_projection(batch, inputs, units, dtype)
         w = np.ascontiguousarray(w)
         with kernel_section():
             if self.fused:

@@ -53,8 +53,12 @@ _MIN_UNITS_PER_CHUNK = 8
 # Largest panel of packed input weights for which a step computes its own
 # input projection at any batch size (fused_projection).
 _FUSED_PANEL_BYTES = 32 * 1024
-# From this batch size, a step computes its own input projection for inputs of
-# up to _FUSED_MAX_INPUT_BYTES a row too (fused_projection).
+# From this batch size, a step computes its own input projection whenever the
+# packed weights (input and recurrent) are at most _FUSED_MAX_WEIGHT_BYTES
+# (fused_projection).
+_FUSED_MIN_ROWS = 8
+_FUSED_MAX_WEIGHT_BYTES = 4 << 20
+# From this batch size, also for inputs of up to _FUSED_MAX_INPUT_BYTES a row.
 _FUSED_MIN_BATCH = 32
 _FUSED_MAX_INPUT_BYTES = 4096
 #: Below this many multiply-adds in a whole kernel call, one thread runs it,
@@ -207,33 +211,42 @@ def directions_at_once(batch_size, inputs, units):
     return numba.get_num_threads() == 2 and batch_size * 4 * units * (inputs + units) < MAX_DIRECTIONS_AT_ONCE_WORK
 
 
-def fused_projection(batch_size, inputs, dtype):
+def fused_projection(batch_size, inputs, units, dtype):
     """Whether :func:`~nblstm.cpu.fused.forward_kernel` computes each step's input projection inside the step.
 
-    With ``B > 1``, when a panel of the packed input weights (``I x P``)
-    fits in 32 KiB of L1: ``I <= 256`` in float32 and float64. Measured
-    against the projection as BLAS GEMMs before the loop: 0.97x the time at
-    ``(50, 32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``.
+    Rather than as BLAS GEMMs before the loop, which write ``[T, B, 4H]`` to
+    memory for the steps to read back. With ``B > 1``:
 
-    With ``B >= 32`` also for inputs of up to 4 KiB a row (``I <= 1024`` in
-    float32, ``I <= 512`` in float64): each panel then serves at least four
-    tiles of rows from L1 and L2, and the projection before the loop writes
-    ``[T, B, 4H]`` to memory and reads it back. ``nblstm.LSTM``'s forward,
-    its weights packed once, on an Intel Xeon with AVX-512 (2 threads,
-    float32): 0.87-0.91x the time at ``(50, 32 .. 128, 512, 256)``, 0.93x at
-    ``(50, 128, 512, 512)``, 0.88x at ``(25, 32, 1024, 1024)``, 0.90x at
-    ``(25, 64, 1024, 1024)``, 0.95-0.99x at ``(50, 32, 1024, 256)`` and
-    ``(50, 32 .. 64, 512, 512)``; float64 0.96x at ``(50, 32, 512, 256)`` and
-    ``(50, 64, 512, 512)``, but 1.12x at ``(25, 32, 1024, 1024)`` (8 KiB a
-    row). The fused ops, which pack their weights at every call: 0.93-0.95x
-    at ``(50, 64 .. 128, 512, 256 .. 512)``, 0.96-1.04x at ``(50, 32, 512,
-    512)`` and ``(25, 32 .. 64, 1024, 1024)``. Smaller batches stay on BLAS:
-    1.02-1.09x at ``(50, 16 .. 24, 512, 512)``.
+    - when a panel of the packed input weights (``I x P``) fits in 32 KiB
+      of L1: ``I <= 256`` in float32 and float64. 0.97x the time at ``(50,
+      32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``;
+    - with ``B >= 8``, when the packed weights ``[I + H, 4H]`` are at most
+      4 MiB (the L2 of two cores here): every panel then stays in L2 from
+      one step to the next. ``nblstm.LSTM``'s forward, its weights packed
+      once (2 threads, float32, an Intel Xeon with AVX-512): 0.83-0.87x the
+      time at ``(50, 8 .. 16, 512, 128 .. 256)``, ``(100, 16, 512, 256)``
+      and ``(50, 16, 300, 200 .. 300)``; float64 0.86x at ``(50, 16, 512,
+      128)``. Larger weights at such batches stay on BLAS: 0.99-1.11x at
+      ``(50, 16 .. 24, 512, 512)`` and ``(50, 16, 768, 384)``; and so do
+      smaller batches, whose rows fill less than a tile of the micro-kernel:
+      1.12-1.33x at ``(50, 2 .. 4, 512, 256)``;
+    - with ``B >= 32``, for inputs of up to 4 KiB a row (``I <= 1024`` in
+      float32, ``I <= 512`` in float64), whatever the weights: each panel
+      serves at least four tiles of rows. 0.87-0.91x at ``(50, 32 .. 128,
+      512, 256)``, 0.93x at ``(50, 128, 512, 512)``, 0.88-0.90x at ``(25,
+      32 .. 64, 1024, 1024)``, 0.95-0.99x at ``(50, 32, 1024, 256)`` and
+      ``(50, 32 .. 64, 512, 512)``; float64 0.96x at ``(50, 32 .. 64, 512,
+      256 .. 512)``, but 1.12x at ``(25, 32, 1024, 1024)`` (8 KiB a row).
+      The fused ops, which pack their weights at every call: 0.93-0.95x at
+      ``(50, 64 .. 128, 512, 256 .. 512)``, 0.96-1.04x at ``(50, 32, 512,
+      512)`` and ``(25, 32 .. 64, 1024, 1024)``.
     """
     if batch_size <= 1:
         return False
     itemsize = np.dtype(dtype).itemsize
     if inputs * microkernel.panel_width(dtype) * itemsize <= _FUSED_PANEL_BYTES:
+        return True
+    if batch_size >= _FUSED_MIN_ROWS and (inputs + units) * 4 * units * itemsize <= _FUSED_MAX_WEIGHT_BYTES:
         return True
     return batch_size >= _FUSED_MIN_BATCH and inputs * itemsize <= _FUSED_MAX_INPUT_BYTES
 

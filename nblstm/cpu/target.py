@@ -191,7 +191,7 @@ def _fused_weights(weights, cache, ct, batch):
     kernel = weights["kernel"]
     units = kernel.shape[1] // 4
     key = ("cpu-fused", ct.str, chunk_bounds(max(batch, 1), units).tobytes(),
-           fused_projection(max(batch, 1), kernel.shape[0] - units, ct))
+           fused_projection(max(batch, 1), kernel.shape[0] - units, units, ct))
     found = cache.get(key)
     if found is None:
         found = cache[key] = cell.FusedWeights(_in_compute_dtype(weights, ct), batch)
