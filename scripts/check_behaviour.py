@@ -70,7 +70,7 @@ BATCH1 = (4, 1, 5, 8)
 BIG = (6, 8, 40, 64)
 # B * H * 4H = 2**15 and T * B * (2I + H) * 4H = 2**18: split across threads as BIG, at a fraction of its size.
 MID = (4, 8, 16, 32)
-# I > 256: the input projection is one GEMM before the time loop rather than part of each step.
+# I > 256 at B < 8: the input projection is one GEMM before the time loop rather than part of each step.
 WIDE = (3, 4, 260, 16)
 # B * H * 4H >= 2**18: LSTMCell's kernels split the hidden units across threads.
 CELL_BIG = (5, 16, 40, 64)

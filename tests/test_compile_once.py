@@ -65,7 +65,7 @@ from nblstm.cell import ACTIVATION_NAMES
 
 # (T, B, I, H): one chunk; batch 1; several chunks on one thread (a call below 2^22 multiply-adds); several
 # chunks on helper threads, the input projection inside the steps, before them, and 2^20 weights packed in parallel.
-OP_SHAPES = [(5, 3, 7, 12), (4, 1, 6, 10), (3, 8, 40, 64), (4, 16, 40, 256), (3, 8, 600, 256), (2, 4, 20, 512)]
+OP_SHAPES = [(5, 3, 7, 12), (4, 1, 6, 10), (3, 8, 40, 64), (4, 16, 40, 256), (3, 8, 600, 512), (2, 4, 20, 512)]
 # (T, B, I, H, P): one chunk; several chunks on helper threads.
 CELL_SHAPES = [(5, 3, 7, 12, 6), (3, 32, 10, 128, 48)]
 rng = np.random.default_rng(1)

@@ -31,9 +31,10 @@ ROOT = Path(nblstm.__file__).resolve().parents[1]
 DTYPES = [np.float32, np.float64]
 # (forget_bias, cell_clip, use_peephole): cell_clip <= 0 is no clipping.
 OPTIONS = [(0.0, 0.0, False), (1.0, 0.4, True), (0.5, -2.0, True), (0.0, 3.0, False)]
-# (T, B, I, H): the fused ops run the first two with their input projection inside the steps (on the
-# micro-kernel, as nblstm.jit), the last two with it as BLAS GEMMs before the loop (batch 1, or I > 256).
-SHAPES = [(4, 3, 5, 6), (3, 9, 2, 17), (5, 1, 4, 7), (3, 4, 300, 5)]
+# (T, B, I, H): the fused ops run the first two and the last with their input projection inside the steps
+# (on the micro-kernel, as nblstm.jit: the last one from B = 8 with small weights), the other two with it as
+# BLAS GEMMs before the loop (batch 1, or I > 256 at B < 8: nblstm.cpu.partition.fused_projection).
+SHAPES = [(4, 3, 5, 6), (3, 9, 2, 17), (5, 1, 4, 7), (3, 4, 300, 5), (3, 9, 300, 6)]
 
 
 def _problem(shape, dtype, seed=0):

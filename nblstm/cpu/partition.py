@@ -53,14 +53,14 @@ _MIN_UNITS_PER_CHUNK = 8
 # Largest panel of packed input weights for which a step computes its own
 # input projection at any batch size (fused_projection).
 _FUSED_PANEL_BYTES = 32 * 1024
-# From this batch size, a step computes its own input projection whenever the
-# packed weights (input and recurrent) are at most _FUSED_MAX_WEIGHT_BYTES
-# (fused_projection).
+# Inputs of up to _FUSED_MAX_INPUT_BYTES a row: from _FUSED_MIN_ROWS examples a
+# step computes its own input projection when the packed weights (input and
+# recurrent) are at most _FUSED_MAX_WEIGHT_BYTES, from _FUSED_MIN_BATCH
+# examples whatever their size (fused_projection).
+_FUSED_MAX_INPUT_BYTES = 4096
 _FUSED_MIN_ROWS = 8
 _FUSED_MAX_WEIGHT_BYTES = 4 << 20
-# From this batch size, also for inputs of up to _FUSED_MAX_INPUT_BYTES a row.
 _FUSED_MIN_BATCH = 32
-_FUSED_MAX_INPUT_BYTES = 4096
 #: Below this many multiply-adds in a whole kernel call, one thread runs it,
 #: whatever its chunks: a helper thread joins a call 20-60 us after it
 #: starts (:mod:`nblstm.cpu.threads`), about the time of this much work on
@@ -220,8 +220,9 @@ def fused_projection(batch_size, inputs, units, dtype):
     - when a panel of the packed input weights (``I x P``) fits in 32 KiB
       of L1: ``I <= 256`` in float32 and float64. 0.97x the time at ``(50,
       32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``;
-    - with ``B >= 8``, when the packed weights ``[I + H, 4H]`` are at most
-      4 MiB (the L2 of two cores here): every panel then stays in L2 from
+    - with ``B >= 8`` and up to 4 KiB of input a row, when the packed
+      weights ``[I + H, 4H]`` are at most 4 MiB (the L2 of two cores
+      here): every panel then stays in L2 from
       one step to the next. ``nblstm.LSTM``'s forward, its weights packed
       once (2 threads, float32, an Intel Xeon with AVX-512): 0.83-0.87x the
       time at ``(50, 8 .. 16, 512, 128 .. 256)``, ``(100, 16, 512, 256)``
@@ -246,9 +247,11 @@ def fused_projection(batch_size, inputs, units, dtype):
     itemsize = np.dtype(dtype).itemsize
     if inputs * microkernel.panel_width(dtype) * itemsize <= _FUSED_PANEL_BYTES:
         return True
+    if inputs * itemsize > _FUSED_MAX_INPUT_BYTES:  # longer inputs were not measured inside the steps
+        return False
     if batch_size >= _FUSED_MIN_ROWS and (inputs + units) * 4 * units * itemsize <= _FUSED_MAX_WEIGHT_BYTES:
         return True
-    return batch_size >= _FUSED_MIN_BATCH and inputs * itemsize <= _FUSED_MAX_INPUT_BYTES
+    return batch_size >= _FUSED_MIN_BATCH
 
 
 def cell_chunk_bounds(batch_size, width, num_chunks=None):
