@@ -25,8 +25,11 @@ Two sets, by where the code is compiled:
   wrapper was machine code to compile for each (the fused ops' first call on
   an empty cache 0.27 s faster here without them).
 - :data:`CALLEE`, the kernels that only other kernels call (the BLAS
-  products, the fused ops' input projection and weight-gradient blocks): :data:`KERNEL` without
-  the Python entry point numba otherwise compiles with each function.
+  products, the fused ops' input projection and weight-gradient blocks, the
+  micro-kernel's product and packing, the cell's per-step functions, the
+  float16 conversions' blocks): :data:`KERNEL` without the Python entry
+  point numba otherwise compiles with each function (its generation alone
+  took 0.43 s of the float32 warm-up for those ten functions here).
 - :data:`GATE_MATHS`, the activations of :mod:`nblstm.spec` that are functions
   of their own (not inlined): compiled into the CPU kernels, which carry their
   own flags and cache, and into the CUDA kernels as device functions.

@@ -17,13 +17,34 @@ from nblstm.cpu import microkernel as mk
 SHAPES = [(1, 1, 1), (2, 3, 5), (3, 17, 40), (8, 16, 32), (9, 33, 33), (13, 7, 94), (32, 64, 100)]
 
 
+# The micro-kernel's functions have no Python entry point (only kernels call them): called through these.
+@njit
+def gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc, accumulate=False):
+    mk.gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc, accumulate)
+
+
+@njit
+def pack_columns(src, col0, n, dst, dst_off, j0, width):
+    mk.pack_columns(src, col0, n, dst, dst_off, j0, width)
+
+
+@njit
+def pack_rows(src, row0, n, dst, dst_off, j0, width):
+    mk.pack_rows(src, row0, n, dst, dst_off, j0, width)
+
+
+@njit
+def zero_columns(dst, dst_off, depth, j0, width):
+    mk.zero_columns(dst, dst_off, depth, j0, width)
+
+
 def _pack(b, width, offset):
     """``b: [K, N]`` packed in panels of ``width`` columns from ``offset`` of a NaN-filled array."""
     k, n = b.shape
     panels = -(-n // width)
     dst = np.full(offset + panels * k * width + 3, np.nan, b.dtype)
-    mk.pack_columns(np.ascontiguousarray(b), 0, n, dst, offset, 0, width)
-    mk.zero_columns(dst, offset, k, n, width)
+    pack_columns(np.ascontiguousarray(b), 0, n, dst, offset, 0, width)
+    zero_columns(dst, offset, k, n, width)
     return dst, panels
 
 
@@ -50,8 +71,8 @@ def test_pack_columns_and_rows_match_numpy(dtype):
 
     dst = np.full(offset + panels * 70 * width + 3, np.nan, dtype)
     for start, j0, n in runs:
-        mk.pack_columns(src, start, n, dst, offset, j0, width)
-    mk.zero_columns(dst, offset, 70, cols, width)
+        pack_columns(src, start, n, dst, offset, j0, width)
+    zero_columns(dst, offset, 70, cols, width)
     expected = _panels_reference(np.concatenate([src[:, s:s + n] for s, _, n in runs], axis=1), width)
     np.testing.assert_array_equal(dst[offset:-3], expected)
     assert np.isnan(dst[:offset]).all() and np.isnan(dst[-3:]).all()
@@ -59,8 +80,8 @@ def test_pack_columns_and_rows_match_numpy(dtype):
     dst = np.full(offset + panels * 150 * width + 3, np.nan, dtype)
     rows = [(0, 0, 7), (30, 7, width + 3), (65, 10 + width, 5)]
     for start, j0, n in rows:
-        mk.pack_rows(src, start, n, dst, offset, j0, width)
-    mk.zero_columns(dst, offset, 150, cols, width)
+        pack_rows(src, start, n, dst, offset, j0, width)
+    zero_columns(dst, offset, 150, cols, width)
     expected = _panels_reference(np.concatenate([src[s:s + n] for s, _, n in rows]).T, width)
     np.testing.assert_array_equal(dst[offset:-3], expected)
     assert np.isnan(dst[:offset]).all() and np.isnan(dst[-3:]).all()
@@ -78,7 +99,7 @@ def test_gemm_panels_matches_numpy(shape, dtype):
     assert np.isnan(bp[:5]).all() and np.isnan(bp[-3:]).all(), "packing wrote outside its panels"
     ldc = panels * width + 4
     c = np.full((rows + 1, ldc), np.nan, dtype)
-    mk.gemm_panels(a.reshape(-1), a.shape[1] + 1, a.shape[1], rows, bp, 5, k, panels, c.reshape(-1), ldc, ldc)
+    gemm_panels(a.reshape(-1), a.shape[1] + 1, a.shape[1], rows, bp, 5, k, panels, c.reshape(-1), ldc, ldc)
     expected = a[1:rows + 1, 1:k + 1].astype(np.float64) @ b.astype(np.float64)
     tol = 1e-5 if dtype == np.float32 else 1e-13
     np.testing.assert_allclose(c[1:, :n], expected, rtol=tol, atol=tol * np.sqrt(k))
@@ -100,10 +121,10 @@ def test_gemm_panels_accumulate_continues_each_accumulator(dtype):
     a1, a2 = np.ascontiguousarray(a[:, :k1]), np.ascontiguousarray(a[:, k1:])
     ldc = panels * width
     whole = np.empty((rows, ldc), dtype)
-    mk.gemm_panels(a.reshape(-1), 0, k1 + k2, rows, joined, 0, k1 + k2, panels, whole.reshape(-1), 0, ldc)
+    gemm_panels(a.reshape(-1), 0, k1 + k2, rows, joined, 0, k1 + k2, panels, whole.reshape(-1), 0, ldc)
     parts = np.empty((rows, ldc), dtype)
-    mk.gemm_panels(a1.reshape(-1), 0, k1, rows, first, 0, k1, panels, parts.reshape(-1), 0, ldc)
-    mk.gemm_panels(a2.reshape(-1), 0, k2, rows, second, 0, k2, panels, parts.reshape(-1), 0, ldc, True)
+    gemm_panels(a1.reshape(-1), 0, k1, rows, first, 0, k1, panels, parts.reshape(-1), 0, ldc)
+    gemm_panels(a2.reshape(-1), 0, k2, rows, second, 0, k2, panels, parts.reshape(-1), 0, ldc, True)
     np.testing.assert_array_equal(parts, whole)
 
 
@@ -121,11 +142,11 @@ def test_results_do_not_depend_on_the_row_tiling(accumulate):
     bp, panels = _pack(b, width, offset=0)
     alone = start.copy()
     for r in range(most):
-        mk.gemm_panels(a[r], 0, 300, 1, bp, 0, 300, panels, alone[r], 0, panels * width, accumulate)
+        gemm_panels(a[r], 0, 300, 1, bp, 0, 300, panels, alone[r], 0, panels * width, accumulate)
     for rows in range(1, most + 1):
         together = np.full((most, panels * width), np.nan, np.float32)
         together[:rows] = start[:rows]
-        mk.gemm_panels(a.reshape(-1), 0, 300, rows, bp, 0, 300, panels, together.reshape(-1), 0, panels * width,
+        gemm_panels(a.reshape(-1), 0, 300, rows, bp, 0, 300, panels, together.reshape(-1), 0, panels * width,
                        accumulate)
         np.testing.assert_array_equal(together[:rows], alone[:rows], err_msg=f"{rows} rows")
         assert np.isnan(together[rows:]).all(), f"{rows} rows: wrote past the last row"

@@ -58,7 +58,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .._jit import KERNEL, full_width
+from .._jit import CALLEE, KERNEL, full_width
 from ..options import KernelOptions, OpOptions
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad, unit_options
 from . import microkernel, pool, regroup, sync, threads
@@ -306,7 +306,7 @@ def _forward_rows(t, u0, u1, gk, inputs, weights, unit, has_proj, saved):
                 copy_elements(flat(h_), U((t * batch + b) * units + u0), h_from, h_at, n)
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def _forward_units(t, k, inputs, weights, options, one, work, saved):
     """Step ``t`` of the units of chunk ``k``: recurrent GEMM, then the gate maths."""
     full_width()
@@ -328,7 +328,7 @@ def _forward_units(t, k, inputs, weights, options, one, work, saved):
                       saved)
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def _forward_proj(t, k, inputs, weights, proj_clip, proj_clip_on, work, saved):
     """Step ``t`` of the projected columns of chunk ``k``: ``h = clip(r @ projection)`` (``proj_clip`` in the
     compute dtype)."""
@@ -437,7 +437,7 @@ def forward_worker(w, claims, done, inputs, weights, options, work, proj_work, s
 # ---------------------------------------------------------------------------
 # Backward
 # ---------------------------------------------------------------------------
-@njit(**KERNEL)
+@njit(**CALLEE)
 def _backward_h(t, k, col_bounds, lengths, weights, options, saved, d_out, work, grads):
     """Step ``t`` (backwards) of the output-state columns of chunk ``k`` of ``col_bounds`` (``proj_bounds``, or
     ``bounds`` without a projection; packed columns ``rt_off[k]..rt_off[k+1]-1``).
@@ -531,7 +531,7 @@ def _backward_rows(t, u0, u1, drk, inputs, weights, unit, saved, grads):
                 go_k[jj] += do * c_r[jj]
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def _backward_units(t, k, inputs, weights, options, saved, work, grads):
     """Step ``t`` (backwards) of the units of chunk ``k``: gradient of ``r``, then the gate maths."""
     full_width()

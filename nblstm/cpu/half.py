@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import KERNEL
+from .._jit import CALLEE, KERNEL
 from . import threads
 from .partition import MIN_PARALLEL_PACK
 
@@ -36,7 +36,7 @@ def _half_to_float_table():
     return _table["f32"]
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def _bits_to_float(bits, table, out, start, stop):
     # Sliced so that the loop indexes from 0: no wraparound checks.
     src, dst = bits[start:stop], out[start:stop]
@@ -53,7 +53,7 @@ def _to_float32(w, workers, bits, table, out):
         _bits_to_float(bits, table, out, start, min(n, start + _BLOCK))
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def _float_to_bits(values, value_bits, out, start, stop):
     # Sliced so that the loop indexes from 0 (no wraparound checks), and
     # every case computed and then selected, so that LLVM vectorizes it.

@@ -26,7 +26,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .._jit import KERNEL
+from .._jit import CALLEE
 from .views import fill_zero
 
 __all__ = [
@@ -184,7 +184,7 @@ _row_add = make_tile(_LANES32, 1, _VECTORS, accumulate=True, panels=_ROW_PANELS)
 _SINGLE_ROWS = TILE_ROWS // 2
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def gemm_panels(a, a_off, lda, rows, bp, bp_off, k, panels, c, c_off, ldc, accumulate=False):
     """``C = A @ Bp`` (``C += A @ Bp`` with ``accumulate``) on flat arrays:
     ``A`` is ``rows x k`` (row stride ``lda`` from ``a_off``), ``Bp`` is
@@ -237,7 +237,7 @@ def _panel_run(j, n, depth, dst_off, width):
     return min(width - lane, n), dst_off + q * depth * width + lane
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def pack_columns(src, col0, n, dst, dst_off, j0, width):
     """Columns ``col0 .. col0 + n - 1`` of ``src: [K, N]`` (C-contiguous) as
     columns ``j0 .. j0 + n - 1`` of the panels ``[K, width]`` at ``dst[dst_off:]``."""
@@ -253,7 +253,7 @@ def pack_columns(src, col0, n, dst, dst_off, j0, width):
         u += m
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def pack_rows(src, row0, n, dst, dst_off, j0, width):
     """Rows ``row0 .. row0 + n - 1`` of ``src: [N, K]`` (C-contiguous) as
     columns ``j0 .. j0 + n - 1`` of the panels ``[K, width]`` at
@@ -272,7 +272,7 @@ def pack_rows(src, row0, n, dst, dst_off, j0, width):
         u += m
 
 
-@njit(**KERNEL)
+@njit(**CALLEE)
 def zero_columns(dst, dst_off, depth, j0, width):
     """Zero columns ``j0 ..`` up to the end of their panel, of the panels ``[depth, width]`` at ``dst[dst_off:]``."""
     if j0 % width:
