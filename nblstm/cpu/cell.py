@@ -59,6 +59,7 @@ import numpy as np
 from numba import njit
 
 from .._jit import CALLEE, KERNEL, full_width
+from .._validate import compute_dtype
 from ..options import KernelOptions, OpOptions
 from ..spec import cell_backward_unit, cell_forward_unit, clip_value, clip_value_grad, unit_options
 from . import microkernel, pool, regroup, sync, threads
@@ -78,9 +79,7 @@ from .partition import (
     fused_projection,
     row_bounds,
 )
-from .views import copy_elements, fill_zero, flat
-
-U = np.uint64  # offsets into flat views: no wraparound test for negative indices
+from .views import U, copy_elements, fill_zero, flat
 
 __all__ = [
     "CellGrads",
@@ -816,7 +815,7 @@ def skips_sorted_rows(options, has_proj, steps, batch, inputs, units, dtype):
     independence.
     """
     return (fused_forward_applies(options, has_proj, steps)
-            and fused_projection(max(batch, 1), inputs, units, np.dtype(np.float32 if dtype == np.float16 else dtype)))
+            and fused_projection(max(batch, 1), inputs, units, compute_dtype(dtype)))
 
 
 class FusedWeights:

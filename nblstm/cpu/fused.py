@@ -75,13 +75,10 @@ from .partition import (
     row_bounds,
     split,
 )
-from .views import copy_elements, fill_zero, flat
+from .views import U, copy_elements, fill_zero, flat
 
 __all__ = ["BackwardWeights", "ForwardWeights", "Inputs", "PackedBackward", "PackedForward", "backward",
            "backward_recurrent", "forward", "forward_packed", "weight_grads_block"]
-
-#: Offsets in the backward's step body: unsigned, so that indexing needs no wraparound check.
-U = np.uint64
 
 
 # The kernels' records: the arrays of a call grouped by what they are, so that

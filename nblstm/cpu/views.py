@@ -15,6 +15,7 @@ typed, lowered, vectorized and compiled again in every kernel that inlines
 it (the carries of the examples past their length, the zeroed workspaces).
 """
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -22,7 +23,10 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
-__all__ = ["copy_elements", "element_pointer", "fill_zero", "flat"]
+__all__ = ["U", "copy_elements", "element_pointer", "fill_zero", "flat"]
+
+#: The type of offsets into flat views: unsigned, so that indexing needs no wraparound check.
+U = np.uint64
 
 
 @intrinsic
