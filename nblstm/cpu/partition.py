@@ -57,7 +57,7 @@ _FUSED_PANEL_BYTES = 32 * 1024
 # step computes its own input projection when the packed weights (input and
 # recurrent) are at most _FUSED_MAX_WEIGHT_BYTES, from _FUSED_MIN_BATCH
 # examples whatever their size (fused_projection).
-_FUSED_MAX_INPUT_BYTES = 4096
+_FUSED_MAX_INPUT_BYTES = 2048
 _FUSED_MIN_ROWS = 8
 _FUSED_MAX_WEIGHT_BYTES = 4 << 20
 _FUSED_MIN_BATCH = 32
@@ -220,27 +220,29 @@ def fused_projection(batch_size, inputs, units, dtype):
     - when a panel of the packed input weights (``I x P``) fits in 32 KiB
       of L1: ``I <= 256`` in float32 and float64. 0.97x the time at ``(50,
       32, 256, 256)`` and 0.98x at ``(100, 64, 125, 320)``;
-    - with ``B >= 8`` and up to 4 KiB of input a row, when the packed
+    - with ``B >= 8`` and up to 2 KiB of input a row, when the packed
       weights ``[I + H, 4H]`` are at most 4 MiB (the L2 of two cores
       here): every panel then stays in L2 from
       one step to the next. ``nblstm.LSTM``'s forward, its weights packed
       once (2 threads, float32, an Intel Xeon with AVX-512): 0.83-0.87x the
       time at ``(50, 8 .. 16, 512, 128 .. 256)``, ``(100, 16, 512, 256)``
-      and ``(50, 16, 300, 200 .. 300)``; float64 0.86x at ``(50, 16, 512,
-      128)``. Larger weights at such batches stay on BLAS: 0.99-1.11x at
+      and ``(50, 16, 300, 200 .. 300)`` (float64 0.86x at ``(50, 16, 512,
+      128)``, 4 KiB a row: left on BLAS with the rule below). Larger weights at such batches stay on BLAS: 0.99-1.11x at
       ``(50, 16 .. 24, 512, 512)`` and ``(50, 16, 768, 384)``; and so do
       smaller batches, whose rows fill less than a tile of the micro-kernel:
       1.12-1.33x at ``(50, 2 .. 4, 512, 256)``;
-    - with ``B >= 32``, for inputs of up to 4 KiB a row (``I <= 1024`` in
-      float32, ``I <= 512`` in float64), whatever the weights: each panel
-      serves at least four tiles of rows. 0.87-0.91x at ``(50, 32 .. 128,
-      512, 256)``, 0.93x at ``(50, 128, 512, 512)``, 0.88-0.90x at ``(25,
-      32 .. 64, 1024, 1024)``, 0.95-0.99x at ``(50, 32, 1024, 256)`` and
-      ``(50, 32 .. 64, 512, 512)``; float64 0.96x at ``(50, 32 .. 64, 512,
-      256 .. 512)``, but 1.12x at ``(25, 32, 1024, 1024)`` (8 KiB a row).
-      The fused ops, which pack their weights at every call: 0.93-0.95x at
+    - with ``B >= 32``, for inputs of up to 2 KiB a row (``I <= 512`` in
+      float32), whatever the weights: each panel serves at least four tiles
+      of rows. 0.87-0.91x at ``(50, 32 .. 128, 512, 256)``, 0.93x at ``(50,
+      128, 512, 512)``, 0.95-0.99x at ``(50, 32 .. 64, 512, 512)``. The
+      fused ops, which pack their weights at every call: 0.93-0.95x at
       ``(50, 64 .. 128, 512, 256 .. 512)``, 0.96-1.04x at ``(50, 32, 512,
-      512)`` and ``(25, 32 .. 64, 1024, 1024)``.
+      512)``; with one core busy with other work 1.02-1.04x there.
+      Longer inputs stay on BLAS: at ``(25, 64, 1024, 1024)`` the layer ran
+      0.88-0.90x inside the steps on a quiet machine, but the fused ops'
+      forward with one core busy 1.15-1.28x (each step waits for the busy
+      core's share of ``x_t @ w_x``; the GEMMs before the loop do not), and
+      float64 1.12x at ``(25, 32, 1024, 1024)`` quiet.
     """
     if batch_size <= 1:
         return False
