@@ -212,7 +212,8 @@ def test_transpose_gates_moves_the_bits_of_each_gate_block(dtype):
 
     rng = np.random.default_rng(3)
     blocks = (0, 2, 1, 3)
-    for units, width in [(1, 1), (3, 5), (17, 33), (16, 48), (0, 4), (5, 0)]:
+    # Whole tiles (16 float32, 32 float16, 8 float64 a side) and the edges past them.
+    for units, width in [(1, 1), (3, 5), (17, 33), (16, 48), (0, 4), (5, 0), (32, 64), (33, 70)]:
         rows = rng.standard_normal((4 * units, width)).astype(dtype)
         rows.flat[:1] = -0.0
         expected = np.empty((width, 4 * units), dtype)

@@ -61,8 +61,8 @@ from ..schedule import by_length
 from ..spec import backward_unit, forward_unit, unit_options
 from . import microkernel, pool, sync, threads
 from .blas import kernel_section
-from .gemm import address, dot, gemm, rows_product
-from .pack import gate_weights, pack_chunks, pack_recurrent
+from .gemm import address, dot, gemm
+from .pack import pack_chunks, pack_recurrent
 from .partition import (
     MIN_PARALLEL_PACK,
     block_bounds,
@@ -101,7 +101,7 @@ class Inputs(NamedTuple):
 class PackedForward(NamedTuple):
     """The forward's weights as the kernels read them (:meth:`ForwardWeights.record`).
 
-    ``w_in [4, I, H]`` the gates' input weights (empty when ``fused``),
+    ``w_in [I, 4H]`` the input weights, C-contiguous (empty when ``fused``),
     ``w_x [4H * I]`` the packed input weights (empty unless ``fused``),
     ``w_rec [4H * H]`` the packed recurrent weights, ``bounds, col_off
     [K + 1]`` int64 the chunks of units and where their columns start
@@ -167,10 +167,20 @@ _scratch = _Scratch()
 
 
 @njit(**CALLEE)
-def _input_projection(x2d, w_in, pre, rows, task):
-    """Task ``task = 4 r + g`` of the input projection: ``pre[g][rows_r] = x2d[rows_r] @ w_in[g]``."""
+def _input_projection(x2d, w_in, blocks, pre, rows, task):
+    """Task ``task = 4 r + g`` of the input projection: ``pre[g][rows_r] = x2d[rows_r] @ w_in[:, gate g's block]``.
+
+    BLAS reads the gate's columns in place (its row stride ``4H``): a copy
+    of each gate's ``[I, H]`` block, as ``np.dot`` needed, moved all the
+    input weights at every call of the ops (16 MB at ``I = H = 1024``).
+    """
     g = task % 4
-    rows_product(x2d, w_in[g], pre[g], rows[task // 4], rows[task // 4 + 1])
+    inputs, units = x2d.shape[1], pre[g].shape[1]
+    r0, r1 = rows[task // 4], rows[task // 4 + 1]
+    if inputs == 0:  # an empty sum
+        fill_zero(flat(pre[g]), r0 * units, (r1 - r0) * units)
+    dot((r1 - r0, units, inputs, inputs, w_in.shape[1], units, 0, w_in.itemsize), address(x2d, r0 * inputs),
+        address(w_in, blocks[g] * units), address(pre[g], r0 * units))
 
 
 @njit(inline="always", **KERNEL)
@@ -463,7 +473,7 @@ def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_pr
             for j in range(tasks):
                 k = sync.claimed(claims, done, np.int64(0), w, tasks, np.bool_(False), j)
                 if k >= 0:
-                    _input_projection(x2d, w_in, pre, rows, k)
+                    _input_projection(x2d, w_in, blocks, pre, rows, k)
                     sync.count_done(done, np.int64(0), tasks)
         sync.wait_for(done, np.int64(0), tasks)
     num_chunks = bounds.shape[0] - 1
@@ -761,11 +771,8 @@ class ForwardWeights:
         self.fused = fused_projection(batch, inputs, units, dtype)
         w = np.ascontiguousarray(w)
         with kernel_section():
-            if self.fused:
-                self.w_in = np.empty((4, 0, 0), dtype)
-            else:
-                self.w_in = np.empty((4, inputs, units), dtype)
-                gate_weights(w, self.blocks, self.w_in, self.w_in.size >= MIN_PARALLEL_PACK)
+            # Kept, not copied: the ops read the caller's weights during their call, the cell its own.
+            self.w_in = np.empty((0, 0), dtype) if self.fused else w[:inputs]
             self.w_rec = pack_recurrent(w[inputs:], self.bounds, self.col_off)
             self.w_x = pack_recurrent(w[:inputs], self.bounds, self.col_off) if self.fused else np.empty(0, dtype)
 
