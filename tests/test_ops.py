@@ -7,7 +7,7 @@ import nblstm
 from nblstm import reference as ref
 from tests.helpers import FORWARD_TOL, GRAD_NAMES, GRAD_TOL, OUTPUT_NAMES, assert_close, make_problem
 
-SHAPES = [(1, 1, 1, 1), (4, 3, 5, 6), (6, 2, 1, 3), (3, 5, 4, 17)]
+SHAPES = [(1, 1, 1, 1), (4, 3, 5, 6), (6, 2, 1, 3), (3, 5, 4, 17), (1, 1, 3, 1)]
 DTYPES = [np.float64, np.float32, np.float16]
 
 
@@ -144,14 +144,16 @@ def test_incoming_gradients_past_seq_len_max_are_ignored():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [1, 3, 9])
-def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch):
+@pytest.mark.parametrize("units", [6, 1])
+def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch, units):
     # Where nblstm.cpu.partition.fused_projection says so, each step computes
-    # its own input projection; otherwise it comes before the time loop.
+    # its own input projection; otherwise it comes before the time loop, where
+    # BLAS reads each gate's columns of the weights in place (H = 1: a vector).
     # Force each way on the same problem: both match the reference.
     from nblstm.cpu import partition
 
     rng = np.random.default_rng(6)
-    p = make_problem(rng, 5, batch, 7, 6, dtype)
+    p = make_problem(rng, 5, batch, 7, units, dtype)
     options = dict(seq_len_max=4, forget_bias=0.5, cell_clip=0.8, use_peephole=True, layout="icfo")
     expected = ref.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], p["wci"], p["wcf"], p["wco"], 4, 0.5,
                               0.8, True, "icfo")
@@ -159,7 +161,7 @@ def test_input_projection_inside_and_before_the_steps(monkeypatch, dtype, batch)
     for limit in (0, 1 << 30):
         for name in ("_FUSED_PANEL_BYTES", "_FUSED_MAX_WEIGHT_BYTES", "_FUSED_MAX_INPUT_BYTES"):
             monkeypatch.setattr(partition, name, limit)
-        seen.append(partition.fused_projection(batch, 7, 6, dtype))
+        seen.append(partition.fused_projection(batch, 7, units, dtype))
         out = nblstm.block_lstm(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["b"], p["wci"], p["wcf"], p["wco"],
                                 **options)
         for name in out._fields:

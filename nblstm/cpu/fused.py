@@ -173,14 +173,23 @@ def _input_projection(x2d, w_in, blocks, pre, rows, task):
     BLAS reads the gate's columns in place (its row stride ``4H``): a copy
     of each gate's ``[I, H]`` block, as ``np.dot`` needed, moved all the
     input weights at every call of the ops (16 MB at ``I = H = 1024``).
+    With ``H = 1`` the gate's column is a vector, which BLAS's vector
+    products read contiguous: it is copied.
     """
     g = task % 4
     inputs, units = x2d.shape[1], pre[g].shape[1]
     r0, r1 = rows[task // 4], rows[task // 4 + 1]
     if inputs == 0:  # an empty sum
         fill_zero(flat(pre[g]), r0 * units, (r1 - r0) * units)
-    dot((r1 - r0, units, inputs, inputs, w_in.shape[1], units, 0, w_in.itemsize), address(x2d, r0 * inputs),
-        address(w_in, blocks[g] * units), address(pre[g], r0 * units))
+    if units == 1:  # a vector: BLAS's matrix-vector and dot products read it with a unit stride
+        column = np.empty(inputs, w_in.dtype)
+        for i in range(inputs):
+            column[i] = w_in[i, blocks[g]]
+        dot((r1 - r0, 1, inputs, inputs, 1, 1, 0, w_in.itemsize), address(x2d, r0 * inputs), address(column, 0),
+            address(pre[g], r0))
+    else:
+        dot((r1 - r0, units, inputs, inputs, w_in.shape[1], units, 0, w_in.itemsize), address(x2d, r0 * inputs),
+            address(w_in, blocks[g] * units), address(pre[g], r0 * units))
 
 
 @njit(inline="always", **KERNEL)
