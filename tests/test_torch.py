@@ -385,6 +385,28 @@ def test_the_kernels_run_on_pytorchs_openmp_threads(monkeypatch):
     assert found.stdout.strip() == "True", found.stderr
 
 
+def test_the_teams_threads_keep_their_python_thread_state_between_calls():
+    """A team thread keeps the thread state its first call made (ctypes otherwise makes one per callback): what
+    a worker leaves in a thread-local on a team thread is still there at the next call on that thread."""
+    import threading
+
+    if torch.get_num_threads() < 2:
+        pytest.skip("PyTorch runs on one thread here")
+    local = threading.local()
+    seen = {}
+
+    def worker(w, call):
+        if w:
+            seen[call] = (threading.get_ident(), getattr(local, "call", None))
+            local.call = call
+
+    for call in range(3):
+        nt._TEAM.run(worker, (call,), 2)
+    if len(seen) < 3 or len({ident for ident, _ in seen.values()}) != 1:
+        pytest.skip("the runtime did not run worker 1 on one team thread each time")
+    assert [before for _, before in seen.values()] == [None, 0, 1]
+
+
 def test_weights_changed_between_forward_and_backward_do_not_reach_the_gradients():
     """The layer keeps its own weights (``set_cell_weights(copy=False)`` takes only arrays made for it): a
     parameter changed in place after the forward leaves the backward's gradients as they were, a projection
