@@ -359,13 +359,16 @@ def test_the_kernels_run_on_pytorchs_openmp_threads(monkeypatch):
     import subprocess
     import sys
 
-    from nblstm.cpu import partition
+    from nblstm.cpu import partition, threads
 
     assert nt._TEAM is not None and "libtorch_cpu" in nt._TEAM.path
     monkeypatch.setattr(partition, "MIN_PARALLEL_CALL_WORK", 0)  # tiny calls on several workers too
+    monkeypatch.setattr(threads, "LATE_SECONDS", float("inf"))  # on the team however busy the machine
+    monkeypatch.setattr(nt._TEAM, "avoid_until", 0.0)
     calls = []
     run = nt._TEAM.run
-    monkeypatch.setattr(nt._TEAM, "run", lambda fn, args, workers: calls.append(workers) or run(fn, args, workers))
+    monkeypatch.setattr(nt._TEAM, "run",
+                        lambda fn, args, workers, *timed: calls.append(workers) or run(fn, args, workers, *timed))
     torch.manual_seed(0)
     lstm = nt.LSTM(16, 32, num_layers=2, bidirectional=True)  # B * H * 4H: units split across workers
     x = torch.randn(6, 8, 16)
@@ -405,6 +408,39 @@ def test_the_teams_threads_keep_their_python_thread_state_between_calls():
     if len(seen) < 3 or len({ident for ident, _ in seen.values()}) != 1:
         pytest.skip("the runtime did not run worker 1 on one team thread each time")
     assert [before for _, before in seen.values()] == [None, 0, 1]
+
+
+def test_a_team_thread_that_starts_late_sends_the_next_calls_to_nblstms_threads(monkeypatch):
+    """Two calls in a row whose team thread starts late (its core busy with other work) send the calls of the
+    next ``AVOID_SECONDS`` to nblstm's own threads, then the team is tried again; one late call, or calls on
+    time, stay on the team."""
+    import threading
+
+    from nblstm.cpu import threads
+
+    team = nt._TEAM
+    names = []
+
+    def worker(w):
+        if w:
+            names.append(threading.current_thread().name)
+
+    monkeypatch.setattr(team, "avoid_until", 0.0)
+    with threads.on_team(team):
+        threads.run(worker, (), 2)  # a quiet machine: on time
+        assert team.usable()
+        monkeypatch.setattr(threads, "LATE_SECONDS", -1.0)  # every team thread late
+        threads.run(worker, (), 2)
+        if names[-1] == threading.current_thread().name:
+            pytest.skip("the runtime ran the call on one thread")
+        assert team.usable()  # one late call: the runtime may have been starting its threads
+        threads.run(worker, (), 2)
+        assert not team.usable()
+        threads.run(worker, (), 2)  # on nblstm's own helper
+        assert names[-1] == "nblstm-worker" and names[0] != "nblstm-worker"
+        monkeypatch.setattr(team, "avoid_until", 0.0)  # the window over: the team again
+        threads.run(worker, (), 2)
+        assert names[-1] != "nblstm-worker"
 
 
 def test_weights_changed_between_forward_and_backward_do_not_reach_the_gradients():

@@ -31,6 +31,9 @@ the kernels' meeting at every step (a training step through
 ``nblstm.torch.LSTM`` at ``(50, 32, 256, 256)``: 59 ms on nblstm's threads,
 42 ms on PyTorch's, PyTorch's own step 32 ms, in one run). The spinning
 threads take the work at once, and no third thread competes for the cores.
+Where another process holds a core, the team's threads wait for it by whole
+time slices: the team measures its calls and sends them to nblstm's own
+threads for a while after two late ones (:data:`LATE_SECONDS`).
 """
 
 import contextlib
@@ -38,6 +41,7 @@ import ctypes
 import os
 import re
 import threading
+import time
 
 __all__ = ["OpenMPTeam", "on_team", "run", "run_each"]
 
@@ -121,6 +125,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+#: A call whose end waits this long (seconds) for a team thread after the calling thread's workers are done
+#: waited for that thread's core: another process runs there. libgomp's threads spin between regions, so
+#: that the scheduler shares a core between such a thread and a busy process by whole time slices, and every
+#: region waits for its slowest thread; nblstm's own helpers sleep between calls and are woken at once. With
+#: one busy process on the other core (Intel Xeon, 2 cores), a training step through nblstm.torch.LSTM at
+#: (100, 1, 256, 256) took 37.7 ms on PyTorch's threads against 11.8 ms on nblstm's (PyTorch's own step 18.6
+#: ms), a batch-1 inference of a 2-layer H = 256 module 7.6 against 2.8 ms. On a quiet machine the waits are
+#: some microseconds.
+LATE_SECONDS = 2e-3
+#: How long calls stay on nblstm's own threads after two late calls in a row (or a late one that tried the team
+#: again after such a window) before the team is tried again.
+AVOID_SECONDS = 1.0
 _team_thread = threading.local()  # per thread of an OpenMP team: whether it keeps its thread state
 _gil_state_ensure = ctypes.pythonapi.PyGILState_Ensure
 _gil_state_ensure.restype = ctypes.c_int
@@ -167,6 +183,27 @@ class OpenMPTeam:
         self._keys = iter(range(1, 2**62))
         self._lock = threading.Lock()
         self._callback = self._CALLBACK(self._member)  # kept: the runtime holds only its address
+        self.avoid_until = 0.0  # time.perf_counter() before which calls go to nblstm's own threads (usable)
+        self._late = 0  # timed calls in a row that waited for a late team thread
+        self._caller_done = 0.0  # when the calling thread's workers of the current call ended
+
+    def usable(self):
+        """Whether calls run on the team now: not within :data:`AVOID_SECONDS` of the second call in a row whose
+        end waited :data:`LATE_SECONDS` for a team thread after the calling thread's workers were done (the
+        machine's other work holds that thread's core; one such call alone can be the runtime starting its
+        threads)."""
+        return time.perf_counter() >= self.avoid_until
+
+    def _waited(self, delay):
+        """A timed call's end waited ``delay`` seconds for the team after the calling thread's workers."""
+        if delay <= LATE_SECONDS:
+            self._late = 0
+            return
+        self._late += 1
+        if self._late >= 2:
+            # The next call on the team comes after the window; one more late call then starts another window.
+            self._late = 1
+            self.avoid_until = time.perf_counter() + AVOID_SECONDS
 
     @classmethod
     def loaded(cls, under, name):
@@ -203,12 +240,19 @@ class OpenMPTeam:
             team = max(self._num_threads(), 1)
             for w in range(tid, workers, team):
                 fn(w, *args)
+            if tid == 0:
+                self._caller_done = time.perf_counter()
         except BaseException as error:  # handed to the caller, re-raised there
             if errors is not None:
                 errors.append(error)
 
-    def run(self, fn, args, workers):
-        """``fn(w, *args)`` for ``w = 0 .. workers - 1`` on the calling thread's team of this runtime."""
+    def run(self, fn, args, workers, timed=True):
+        """``fn(w, *args)`` for ``w = 0 .. workers - 1`` on the calling thread's team of this runtime.
+
+        ``timed``: how long the call's end waits for the team after the calling thread's workers counts
+        towards :meth:`usable`: kernel workers share their work (:mod:`nblstm.cpu.sync`), so that a thread on
+        time ends with the caller. Not :func:`run_each`'s jobs, which take unequal times.
+        """
         threads_ = min(workers, max(self._max_threads(), 1))
         if threads_ <= 1 or not self._lock.acquire(blocking=False):
             for w in range(workers):
@@ -217,8 +261,11 @@ class OpenMPTeam:
         key = next(self._keys)
         errors = []
         self._jobs[key] = (fn, args, workers, errors)
+        self._caller_done = None
         try:
             self._parallel(self._callback, key, threads_, 0)  # ctypes releases the GIL meanwhile
+            if timed and self._caller_done is not None:
+                self._waited(time.perf_counter() - self._caller_done)
         finally:
             del self._jobs[key]
             self._lock.release()
@@ -261,8 +308,8 @@ def run(fn, args, workers, concurrency=None):
             fn(w, *args)
         return
     team = getattr(_local, "team", None)
-    if team is not None and workers > 1 and concurrency != 1 and team.pid == os.getpid():
-        team.run(fn, args, workers)  # a forked child keeps to its own threads: the team's are the parent's
+    if team is not None and workers > 1 and concurrency != 1 and team.pid == os.getpid() and team.usable():
+        team.run(fn, args, workers, fn is not _job)  # a forked child keeps to its own threads: the parent's
         return
     _pool.run(fn, args, workers, workers if concurrency is None else concurrency)
 
