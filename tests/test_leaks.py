@@ -144,7 +144,7 @@ def test_torch_module_forward_and_backward(x):
 def test_layer_inference_sorted_by_length_and_the_torch_module_on_pytorchs_threads(x, monkeypatch):
     """The layer's inference call that sorts its examples by length and puts them back, and the torch module's
     calls with their workers on PyTorch's OpenMP team (a ctypes callback on each of its threads per call)."""
-    from nblstm.cpu import partition
+    from nblstm.cpu import partition, threads
 
     monkeypatch.setattr(partition, "MIN_PARALLEL_CALL_WORK", 0)  # tiny calls on several workers too
     layer = nblstm.LSTM(I, H, num_layers=2, bidirectional=True, seed=0)
@@ -163,6 +163,8 @@ def test_layer_inference_sorted_by_length_and_the_torch_module_on_pytorchs_threa
     runs = []
     run = nt._TEAM.run
     monkeypatch.setattr(nt._TEAM, "run", lambda *a: runs.append(1) or run(*a))
+    monkeypatch.setattr(threads, "LATE_SECONDS", float("inf"))  # on the team however busy the machine
+    monkeypatch.setattr(nt._TEAM, "avoid_until", 0.0)
 
     def train():
         output, _ = module(xt)

@@ -7,7 +7,7 @@ import nblstm
 from nblstm import reference as ref
 from tests.helpers import FORWARD_TOL, GRAD_NAMES, GRAD_TOL, OUTPUT_NAMES, assert_close, make_problem
 
-SHAPES = [(1, 1, 1, 1), (4, 3, 5, 6), (6, 2, 1, 3), (3, 5, 4, 17), (1, 1, 3, 1)]
+SHAPES = [(1, 1, 1, 1), (4, 3, 5, 6), (6, 2, 1, 3), (3, 5, 4, 17), (1, 1, 3, 1), (1, 1, 3, 5)]
 DTYPES = [np.float64, np.float32, np.float16]
 
 

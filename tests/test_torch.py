@@ -426,8 +426,10 @@ def test_a_team_thread_that_starts_late_sends_the_next_calls_to_nblstms_threads(
             names.append(threading.current_thread().name)
 
     monkeypatch.setattr(team, "avoid_until", 0.0)
+    monkeypatch.setattr(team, "_late", 0)
+    monkeypatch.setattr(threads, "LATE_SECONDS", 0.5)  # on time, however busy the machine
     with threads.on_team(team):
-        threads.run(worker, (), 2)  # a quiet machine: on time
+        threads.run(worker, (), 2)
         assert team.usable()
         monkeypatch.setattr(threads, "LATE_SECONDS", -1.0)  # every team thread late
         threads.run(worker, (), 2)
@@ -441,6 +443,65 @@ def test_a_team_thread_that_starts_late_sends_the_next_calls_to_nblstms_threads(
         monkeypatch.setattr(team, "avoid_until", 0.0)  # the window over: the team again
         threads.run(worker, (), 2)
         assert names[-1] != "nblstm-worker"
+
+
+def test_work_of_unequal_parts_does_not_count_as_a_late_team():
+    """``run_each``'s jobs and the two matrices of ``transpose_gates`` take unequal times: the caller's wait
+    for the longer part does not send later calls off the team."""
+    import time
+
+    from nblstm.convert import SWAP_CF_BLOCKS
+    from nblstm.cpu import pack, threads
+
+    team = nt._TEAM
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(team, "avoid_until", 0.0)
+        mp.setattr(team, "_late", 0)
+        mp.setattr(threads, "LATE_SECONDS", 1e-4)
+        mp.setattr(pack, "MIN_PARALLEL_TRANSPOSE", 0)
+        small, large = np.ones((64, 4), np.float32), np.ones((64, 4096), np.float32)
+        with threads.on_team(team):
+            for _ in range(3):
+                threads.run_each([lambda: None, lambda: time.sleep(0.01)])
+                pack.transpose_gates([(small, np.empty((4, 64), np.float32)), (large, np.empty((4096, 64),
+                                                                                               np.float32))],
+                                     SWAP_CF_BLOCKS, True)
+                assert team.usable()
+
+
+def test_the_kept_thread_states_do_not_pile_up_when_the_team_shrinks():
+    """A region of fewer threads than the last ends the runtime's threads past it: only thread 1, in every
+    call, keeps a Python thread state, so that regions of 4 and 2 threads in turn leave no states behind."""
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyInterpreterState_Get.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
+    api.PyThreadState_Next.restype = ctypes.c_void_p
+    api.PyThreadState_Next.argtypes = [ctypes.c_void_p]
+
+    def thread_states():
+        count, state = 0, api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Get())
+        while state:
+            count, state = count + 1, api.PyThreadState_Next(state)
+        return count
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        if nt._TEAM._max_threads() < 4:
+            pytest.skip("the runtime gives fewer than 4 threads")
+        for _ in range(3):
+            nt._TEAM.run(lambda w: None, (), 4)
+            nt._TEAM.run(lambda w: None, (), 2)
+        first = thread_states()
+        for _ in range(20):
+            nt._TEAM.run(lambda w: None, (), 4)
+            nt._TEAM.run(lambda w: None, (), 2)
+        assert thread_states() <= first
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_weights_changed_between_forward_and_backward_do_not_reach_the_gradients():

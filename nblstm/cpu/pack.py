@@ -181,7 +181,8 @@ def transpose_gates(pairs, blocks, to_columns):
     small = sum(rows.size for rows, _ in pairs) < MIN_PARALLEL_TRANSPOSE
     (rows_a, columns_a), (rows_b, columns_b) = pairs[0], pairs[-1]  # one pair: the same twice, one worker
     threads.run(_transpose_worker, (rows_a, columns_a, rows_b, columns_b, np.asarray(blocks, np.int64),
-                                    np.bool_(to_columns)), len(pairs), 1 if small else None)
+                                    np.bool_(to_columns)), len(pairs), 1 if small else None,
+                timed=False)  # the two matrices have their own sizes
 
 
 @njit(**KERNEL)
@@ -197,12 +198,15 @@ def _transpose_worker(w, rows_a, columns_a, rows_b, columns_b, blocks, to_column
 @njit(**CALLEE)
 def _transpose_tiles(rows, columns, blocks, to_columns):
     """Block ``k`` of ``rows`` into block ``blocks[k]`` of ``columns`` transposed (``to_columns``), else the other
-    way, in square tiles of 64-byte rows (:func:`_transpose_tile`); the rows and columns past the last whole
-    tile element by element, along their destination's rows (strided reads, contiguous writes: the other order
-    took 3x as long at ``H = N = 1024``, its writes 4 KiB apart)."""
+    way, in square tiles of 64-byte rows (:func:`_transpose_tile`; float64: ``16 x 16`` tiles element by
+    element); the rows and columns past the last whole tile element by element, along their destination's
+    rows (strided reads, contiguous writes: the other order took 3x as long at ``H = N = 1024``, its writes
+    4 KiB apart)."""
     count, width = rows.shape
     units = count // 4
-    side = _TILE_BYTES // rows.itemsize
+    # 8-byte elements: 16 x 16 tiles element by element (8 x 8 tiles in registers were no faster for them).
+    vector = rows.itemsize <= 4
+    side = _TILE_BYTES // rows.itemsize if vector else 16
     rows_f, columns_f = flat(rows), flat(columns)
     for k in range(4):
         for r0 in range(0, units, side):
@@ -211,7 +215,7 @@ def _transpose_tiles(rows, columns, blocks, to_columns):
                 n1 = min(n0 + side, width)
                 c0 = n0 * count + blocks[k] * units + r0  # element (r0, n0) of the block in columns
                 w0 = (k * units + r0) * width + n0  # and in rows
-                if r1 - r0 == side and n1 - n0 == side:
+                if vector and r1 - r0 == side and n1 - n0 == side:
                     if to_columns:
                         _transpose_tile(columns_f, c0, count, rows_f, w0, width)
                     else:

@@ -229,11 +229,13 @@ class OpenMPTeam:
         errors = None
         try:
             tid = self._thread_num()
-            if tid and not getattr(_team_thread, "kept", False):
-                # ctypes gives a thread that Python did not start (the team's, but thread 0, the caller) a thread
-                # state for each callback and deletes it after: one more level of PyGILState_Ensure, never
-                # released, keeps it for the thread's life (as pybind11 does for threads it did not start). A
-                # call on the team then took 42 against 64 us here (median, an empty worker on two threads).
+            if tid == 1 and not getattr(_team_thread, "kept", False):
+                # ctypes gives a thread that Python did not start a thread state for each callback and deletes
+                # it after: one more level of PyGILState_Ensure, never released, keeps it for the thread's life
+                # (what pybind11's gil_scoped_acquire.inc_ref() does). A call on the team then took 42 against
+                # 64 us here (median, an empty worker on two threads). Thread 1 alone: every call has it (a
+                # call runs on 2 threads or more), where a region of fewer threads than the last ends the
+                # runtime's threads past it, whose kept states would stay behind.
                 _gil_state_ensure()
                 _team_thread.kept = True
             fn, args, workers, errors = self._jobs[key]
@@ -250,8 +252,9 @@ class OpenMPTeam:
         """``fn(w, *args)`` for ``w = 0 .. workers - 1`` on the calling thread's team of this runtime.
 
         ``timed``: how long the call's end waits for the team after the calling thread's workers counts
-        towards :meth:`usable`: kernel workers share their work (:mod:`nblstm.cpu.sync`), so that a thread on
-        time ends with the caller. Not :func:`run_each`'s jobs, which take unequal times.
+        towards :meth:`usable`: kernel workers share their work (:mod:`nblstm.cpu.sync`), or split it into
+        equal parts, so that a thread on time ends with the caller. Not for work of unequal parts
+        (:func:`run_each`'s jobs, the two matrices of :func:`nblstm.cpu.pack.transpose_gates`).
         """
         threads_ = min(workers, max(self._max_threads(), 1))
         if threads_ <= 1 or not self._lock.acquire(blocking=False):
@@ -288,7 +291,7 @@ def on_team(team):
         _local.team = before
 
 
-def run(fn, args, workers, concurrency=None):
+def run(fn, args, workers, concurrency=None, timed=True):
     """``fn(w, *args)`` for ``w = 0 .. workers - 1``, at once on ``workers`` threads (``w = 0`` on this one).
 
     Parameters
@@ -302,6 +305,11 @@ def run(fn, args, workers, concurrency=None):
         ``1``: the workers one after the other on this thread (for work
         split by ``w``, too small to be worth a helper thread); default: all
         at once.
+    timed : bool, default True
+        On an OpenMP team, how long the call's end waits for the team's
+        threads counts towards :meth:`OpenMPTeam.usable`: ``False`` for
+        workers of unequal work (split by ``w`` into parts of other sizes),
+        whose waits say nothing of the machine's load.
     """
     if getattr(_local, "alone", False):  # inside run_each's job: the workers in turn, on this thread
         for w in range(workers):
@@ -309,7 +317,7 @@ def run(fn, args, workers, concurrency=None):
         return
     team = getattr(_local, "team", None)
     if team is not None and workers > 1 and concurrency != 1 and team.pid == os.getpid() and team.usable():
-        team.run(fn, args, workers, fn is not _job)  # a forked child keeps to its own threads: the parent's
+        team.run(fn, args, workers, timed)  # a forked child keeps to its own threads: the parent's
         return
     _pool.run(fn, args, workers, workers if concurrency is None else concurrency)
 
@@ -331,7 +339,7 @@ def run_each(jobs):
     raised once every job has ended.
     """
     results = [None] * len(jobs)
-    run(_job, (jobs, results), len(jobs))
+    run(_job, (jobs, results), len(jobs), timed=False)  # jobs of their own sizes
     return results
 
 
