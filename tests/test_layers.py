@@ -1115,9 +1115,9 @@ def worker_counts(monkeypatch):
     counts = []
     original = threads.run
 
-    def recording(fn, args, workers, concurrency=None):
+    def recording(fn, args, workers, concurrency=None, timed=True):
         counts.append(workers)
-        return original(fn, args, workers, concurrency)
+        return original(fn, args, workers, concurrency, timed)
 
     monkeypatch.setattr(threads, "run", recording)
     return counts
