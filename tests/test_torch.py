@@ -411,9 +411,9 @@ def test_the_teams_threads_keep_their_python_thread_state_between_calls():
 
 
 def test_a_team_thread_that_starts_late_sends_the_next_calls_to_nblstms_threads(monkeypatch):
-    """Two calls in a row whose team thread starts late (its core busy with other work) send the calls of the
-    next ``AVOID_SECONDS`` to nblstm's own threads, then the team is tried again; one late call, or calls on
-    time, stay on the team."""
+    """Two of the last four calls whose end waits for a late team thread (its core busy with other work) send
+    the calls of the next ``AVOID_SECONDS`` to nblstm's own threads, then the team is tried again; one late
+    call, or calls on time, stay on the team."""
     import threading
 
     from nblstm.cpu import threads
@@ -426,7 +426,7 @@ def test_a_team_thread_that_starts_late_sends_the_next_calls_to_nblstms_threads(
             names.append(threading.current_thread().name)
 
     monkeypatch.setattr(team, "avoid_until", 0.0)
-    monkeypatch.setattr(team, "_late", 0)
+    monkeypatch.setattr(team, "_recent", 0)
     monkeypatch.setattr(threads, "LATE_SECONDS", 0.5)  # on time, however busy the machine
     with threads.on_team(team):
         threads.run(worker, (), 2)
@@ -456,7 +456,7 @@ def test_work_of_unequal_parts_does_not_count_as_a_late_team():
     team = nt._TEAM
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(team, "avoid_until", 0.0)
-        mp.setattr(team, "_late", 0)
+        mp.setattr(team, "_recent", 0)
         mp.setattr(threads, "LATE_SECONDS", 1e-4)
         mp.setattr(pack, "MIN_PARALLEL_TRANSPOSE", 0)
         small, large = np.ones((64, 4), np.float32), np.ones((64, 4096), np.float32)

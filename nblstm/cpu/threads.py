@@ -134,8 +134,8 @@ if hasattr(os, "register_at_fork"):
 #: ms), a batch-1 inference of a 2-layer H = 256 module 7.6 against 2.8 ms. On a quiet machine the waits are
 #: some microseconds.
 LATE_SECONDS = 2e-3
-#: How long calls stay on nblstm's own threads after two late calls in a row (or a late one that tried the team
-#: again after such a window) before the team is tried again.
+#: How long calls stay on nblstm's own threads after two late calls among the last four timed ones (or a late
+#: one that tried the team again after such a window) before the team is tried again.
 AVOID_SECONDS = 1.0
 _team_thread = threading.local()  # per thread of an OpenMP team: whether it keeps its thread state
 _gil_state_ensure = ctypes.pythonapi.PyGILState_Ensure
@@ -184,25 +184,23 @@ class OpenMPTeam:
         self._lock = threading.Lock()
         self._callback = self._CALLBACK(self._member)  # kept: the runtime holds only its address
         self.avoid_until = 0.0  # time.perf_counter() before which calls go to nblstm's own threads (usable)
-        self._late = 0  # timed calls in a row that waited for a late team thread
+        self._recent = 0  # the last 4 timed calls, a bit each (lowest: the last): whether it waited for the team
         self._caller_done = 0.0  # when the calling thread's workers of the current call ended
 
     def usable(self):
-        """Whether calls run on the team now: not within :data:`AVOID_SECONDS` of the second call in a row whose
-        end waited :data:`LATE_SECONDS` for a team thread after the calling thread's workers were done (the
-        machine's other work holds that thread's core; one such call alone can be the runtime starting its
-        threads)."""
+        """Whether calls run on the team now: not within :data:`AVOID_SECONDS` of the second of the last 4 timed
+        calls whose end waited :data:`LATE_SECONDS` for a team thread after the calling thread's workers were
+        done (the machine's other work holds that thread's core; one such call alone can be the runtime
+        starting its threads)."""
         return time.perf_counter() >= self.avoid_until
 
     def _waited(self, delay):
         """A timed call's end waited ``delay`` seconds for the team after the calling thread's workers."""
-        if delay <= LATE_SECONDS:
-            self._late = 0
-            return
-        self._late += 1
-        if self._late >= 2:
+        late = delay > LATE_SECONDS
+        self._recent = ((self._recent << 1) | late) & 0b1111
+        if late and bin(self._recent).count("1") >= 2:
             # The next call on the team comes after the window; one more late call then starts another window.
-            self._late = 1
+            self._recent = 0b1
             self.avoid_until = time.perf_counter() + AVOID_SECONDS
 
     @classmethod
@@ -252,9 +250,9 @@ class OpenMPTeam:
         """``fn(w, *args)`` for ``w = 0 .. workers - 1`` on the calling thread's team of this runtime.
 
         ``timed``: how long the call's end waits for the team after the calling thread's workers counts
-        towards :meth:`usable`: kernel workers share their work (:mod:`nblstm.cpu.sync`), or split it into
-        equal parts, so that a thread on time ends with the caller. Not for work of unequal parts
-        (:func:`run_each`'s jobs, the two matrices of :func:`nblstm.cpu.pack.transpose_gates`).
+        towards :meth:`usable`: kernel workers share their work (:mod:`nblstm.cpu.sync`), split it into
+        equal parts, or give the largest to the caller (:func:`nblstm.cpu.pack.transpose_gates`), so that a
+        thread on time ends with the caller. Not for :func:`run_each`'s jobs.
         """
         threads_ = min(workers, max(self._max_threads(), 1))
         if threads_ <= 1 or not self._lock.acquire(blocking=False):
@@ -308,8 +306,9 @@ def run(fn, args, workers, concurrency=None, timed=True):
     timed : bool, default True
         On an OpenMP team, how long the call's end waits for the team's
         threads counts towards :meth:`OpenMPTeam.usable`: ``False`` for
-        workers of unequal work (split by ``w`` into parts of other sizes),
-        whose waits say nothing of the machine's load.
+        workers of unequal work whose longest part is not worker 0's
+        (:func:`run_each`'s jobs), whose waits say nothing of the machine's
+        load.
     """
     if getattr(_local, "alone", False):  # inside run_each's job: the workers in turn, on this thread
         for w in range(workers):
