@@ -185,7 +185,7 @@ class OpenMPTeam:
         self._callback = self._CALLBACK(self._member)  # kept: the runtime holds only its address
         self.avoid_until = 0.0  # time.perf_counter() before which calls go to nblstm's own threads (usable)
         self._recent = 0  # the last 4 timed calls, a bit each (lowest: the last): whether it waited for the team
-        self._caller_done = 0.0  # when the calling thread's workers of the current call ended
+        self._caller_done = None  # when the calling thread's workers of the current call ended (run sets it)
 
     def usable(self):
         """Whether calls run on the team now: not within :data:`AVOID_SECONDS` of the second of the last 4 timed
