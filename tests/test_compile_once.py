@@ -12,6 +12,7 @@ that the warm-up did not load, fails and names it. A signature the warm-up
 misses would otherwise compile on a user's first call (seconds each).
 """
 
+import gc
 import json
 import os
 import subprocess
@@ -373,3 +374,45 @@ def test_command_line_prints_a_line_per_group_and_the_time(capsys):
     assert lines[0].startswith("nblstm ") and "float64" in lines[0]
     assert [line.strip() for line in lines[1:-1]] == [f"compiling {g} float64 ({k}/4)" for k, g in enumerate(GROUPS, 1)]
     assert lines[-1].startswith("done in ") and lines[-1].endswith(" s")
+
+
+def _probe_function(module, seen):
+    """A jitted function of ``module`` whose compile records whether the garbage collector runs then."""
+    from numba import njit, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def probe(typingctx, x):
+        seen.append(gc.isenabled())
+        if not isinstance(x, types.Float):
+            raise TypeError("a float, please")  # a failed compile
+        return x(x), lambda context, builder, signature, args: args[0]
+
+    def function(x):
+        return probe(x)
+
+    function.__module__ = module
+    return njit(function)
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_nblstm_compiles_pause_the_collector_and_leave_it_as_found(collector_on):
+    """While numba compiles a function of nblstm, Python's garbage collector waits (:mod:`nblstm._jit`); after it,
+    it runs again if it ran before, also when the compile fails. Other functions compile as they would."""
+    import nblstm._jit  # noqa: F401 (registers the pause)
+
+    ours, others = [], []
+    was = gc.isenabled()
+    try:
+        gc.enable() if collector_on else gc.disable()
+        assert _probe_function("nblstm.probe", ours)(1.5) == 1.5
+        assert gc.isenabled() == collector_on
+        with pytest.raises(Exception, match="a float, please"):
+            _probe_function("nblstm.probe", ours)(1)
+        assert gc.isenabled() == collector_on
+        assert _probe_function("user_code", others)(2.5) == 2.5
+        assert gc.isenabled() == collector_on
+    finally:
+        gc.enable() if was else gc.disable()
+    assert ours == [False, False]
+    assert others == [collector_on]

@@ -79,7 +79,7 @@ from .partition import (
     fused_projection,
     row_bounds,
 )
-from .views import U, copy_elements, fill_zero, flat
+from .views import U, copy_elements, fill_zero, flat, matrix
 
 __all__ = [
     "CellGrads",
@@ -315,9 +315,9 @@ def _forward_units(t, k, inputs, weights, options, one, work, saved):
     batch = saved.gates.shape[1]
     depth = h0.shape[1]
     width = col1 - col0
-    gk = work[batch * col0:batch * col1].reshape((batch, width))
+    gk = matrix(work, batch * col0, batch, width)
     h_src = h0 if t == 0 else saved.h[t - 1]
-    microkernel.gemm_panels(h_src.reshape(-1), np.int64(0), depth, batch, weights.w_rec, depth * col0, depth,
+    microkernel.gemm_panels(flat(h_src), np.int64(0), depth, batch, weights.w_rec, depth * col0, depth,
                              width // microkernel.panel_width_of(weights.w_rec), work, batch * col0, width,
                              np.bool_(False))
     if options.act == 0:  # tanh, the default: a constant code, so the maths vectorizes
@@ -338,8 +338,8 @@ def _forward_proj(t, k, inputs, weights, proj_clip, proj_clip_on, work, saved):
     batch = r_.shape[1]
     units = r_.shape[2]
     pk = p1 - p0
-    wk = weights.w_proj[units * p0:units * p1].reshape((units, pk))
-    gk = work[batch * p0:batch * p1].reshape((batch, pk))
+    wk = matrix(weights.w_proj, units * p0, units, pk)
+    gk = matrix(work, batch * p0, batch, pk)
     rows_product(r_[t % r_.shape[0]], wk, gk, 0, batch)
     for b in range(batch):
         g = gk[b]
@@ -411,7 +411,8 @@ def forward_worker(w, claims, done, inputs, weights, options, work, proj_work, s
     steps, batch, four_units = gates.shape
     rows = inputs.rows
     if project:
-        projection_worker(w, claims, done, inputs.x2d, weights.w_x, rows, gates.reshape((steps * batch, four_units)))
+        projection_worker(w, claims, done, inputs.x2d, weights.w_x, rows,
+                          matrix(flat(gates), 0, steps * batch, four_units))
         sync.wait_for(done, np.int64(0), rows.shape[0] - 1)
     num_chunks = weights.bounds.shape[0] - 1
     num_proj_chunks = weights.proj_bounds.shape[0] - 1  # <= num_chunks
@@ -460,9 +461,9 @@ def _backward_h(t, k, col_bounds, lengths, weights, options, saved, d_out, work,
     four_units = dgates.shape[2]
     pk = p1 - p0
     width = col1 - col0
-    gk = work[batch * col0:batch * col1].reshape((batch, width))
+    gk = matrix(work, batch * col0, batch, width)
     if t + 1 < steps:  # on the micro-kernel's panels (PackedWeights)
-        microkernel.gemm_panels(dgates.reshape(-1), (t + 1) * batch * four_units, four_units, batch, weights.w_rec_t,
+        microkernel.gemm_panels(flat(dgates), (t + 1) * batch * four_units, four_units, batch, weights.w_rec_t,
                                  four_units * col0, four_units, width // microkernel.panel_width_of(weights.w_rec_t),
                                  work, batch * col0, width, np.bool_(False))
     for b in range(batch):
@@ -540,9 +541,9 @@ def _backward_units(t, k, inputs, weights, options, saved, work, grads):
     batch = inputs.c0.shape[0]
     depth = dh_raw.shape[2]
     uk = u1 - u0
-    drk = work[batch * u0:batch * u1].reshape((batch, uk))
+    drk = matrix(work, batch * u0, batch, uk)
     if options.has_proj:
-        wk = weights.w_proj_t[depth * u0:depth * u1].reshape((depth, uk))
+        wk = matrix(weights.w_proj_t, depth * u0, depth, uk)
         rows_product(dh_raw[t], wk, drk, 0, batch)
     else:
         for b in range(batch):

@@ -75,7 +75,7 @@ from .partition import (
     row_bounds,
     split,
 )
-from .views import U, copy_elements, fill_zero, flat
+from .views import U, copy_elements, fill_zero, flat, matrix
 
 __all__ = ["BackwardWeights", "ForwardWeights", "Inputs", "PackedBackward", "PackedForward", "backward",
            "backward_recurrent", "forward", "forward_packed", "weight_grads_block"]
@@ -447,7 +447,7 @@ def forward_worker(w, claims, done, inputs, weights, rows, parallel_projection, 
                 microkernel.gemm_panels(flat(h_src), np.int64(0), units, running, w_rec, units * col0, units,
                                          width // microkernel.panel_width_of(w_rec), work, batch * col0, width,
                                          np.bool_(True))
-                _chunk_gates(t, u0, u1, work[batch * col0:batch * (col0 + width)].reshape((batch, width)), running,
+                _chunk_gates(t, u0, u1, matrix(work, batch * col0, batch, width), running,
                              blocks, bias, peepholes, unit, cs_prev, outs, slots)
                 if not full:  # past an example's length (a function of its own: see _carry_state)
                     _carry_state(t, u0, u1, lengths, cs_prev, h_prev, outs, slots)
@@ -474,8 +474,8 @@ def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_pr
     batch, units = cs_prev.shape
     steps = x2d.shape[0] // batch
     total = i_.shape[0] * batch
-    pre = (i_.reshape((total, units)), ci_.reshape((total, units)), f_.reshape((total, units)),
-           o_.reshape((total, units)))
+    pre = (matrix(flat(i_), 0, total, units), matrix(flat(ci_), 0, total, units), matrix(flat(f_), 0, total, units),
+           matrix(flat(o_), 0, total, units))
     tasks = 4 * (rows.shape[0] - 1)
     if tasks:
         if parallel_projection or w == 0:
@@ -499,7 +499,7 @@ def projected_forward_worker(w, claims, done, inputs, weights, rows, parallel_pr
                 uk = u1 - u0
                 col0 = col_off[k]
                 width = col_off[k + 1] - col0
-                gk = work[batch * col0:batch * (col0 + width)].reshape((batch, width))
+                gk = matrix(work, batch * col0, batch, width)
                 h_src = h_prev if t == 0 else h_[t - 1]
                 slots = (t % i_.shape[0], t % cs_.shape[0], (t - 1) % cs_.shape[0], t % co_.shape[0])
                 ti = slots[0]

@@ -61,6 +61,7 @@ from .cell import forward_row
 from .gemm import rows_product
 from .pack import pack_chunks
 from .partition import cell_chunk_bounds, row_bounds
+from .views import matrix
 
 __all__ = ["BLAS_THREAD_WORK", "CellStep", "step_kernel"]
 
@@ -137,8 +138,8 @@ def step_kernel(x, f, m):
     four = 4 * units
     # The input projection: the cell's BLAS calls, by the cell's row blocks (a
     # block of one row is a matrix-vector product, with other roundings).
-    w_x = f[m[_W_X] : m[_W_X] + inputs * four].reshape((inputs, four))
-    pre = f[m[_PRE] : m[_PRE] + batch * four].reshape((batch, four))
+    w_x = matrix(f, m[_W_X], inputs, four)
+    pre = matrix(f, m[_PRE], batch, four)
     rows = m[_ROWS : _ROWS + m[_ROW_BLOCKS] + 1]
     for r in range(m[_ROW_BLOCKS]):
         rows_product(x, w_x, pre, rows[r], rows[r + 1])
@@ -159,14 +160,14 @@ def step_kernel(x, f, m):
         # _forward_proj): chunk k's weights are a C-ordered [H, pk] block at
         # H * p0, its products [B, pk] at B * p0 (BLAS rounds a product
         # otherwise for other widths).
-        r = f[m[_R] : m[_R] + batch * units].reshape((batch, units))
+        r = matrix(f, m[_R], batch, units)
         proj_clip, proj_clip_on = f[_PROJ_CLIP], m[_PROJ_CLIP_ON] != 0
         at = m[_PROJ_BOUNDS_AT]
         for k in range(m[_PROJ_BLOCKS]):
             p0, p1 = m[at + k], m[at + k + 1]
             pk = p1 - p0
-            wk = f[m[_W_PROJ] + units * p0 : m[_W_PROJ] + units * p1].reshape((units, pk))
-            gk = f[m[_H_RAW] + batch * p0 : m[_H_RAW] + batch * p1].reshape((batch, pk))
+            wk = matrix(f, m[_W_PROJ] + units * p0, units, pk)
+            gk = matrix(f, m[_H_RAW] + batch * p0, batch, pk)
             rows_product(r, wk, gk, 0, batch)
             for b in range(batch):
                 g = gk[b]

@@ -7,7 +7,10 @@ strides (``numba_attempt_nocopy_reshape``) and a helper function for the
 0.55 s of the ops' first call on an empty cache with its seven
 ``reshape(-1)``, most of it lowering those. :func:`flat` is the same view of
 a C-contiguous array (the type says so, checked when the kernel is typed)
-built directly.
+built directly, and :func:`matrix` the ``[rows, cols]`` view of a run of a
+flat array's elements (``a[start:start + rows * cols].reshape((rows, cols))``):
+the reshape's subroutine alone took 0.18 s of lowering in the fused forward's
+worker, on an empty cache.
 
 :func:`fill_zero` and :func:`copy_elements` zero and copy runs of elements of
 such views as one ``llvm.memset`` or ``llvm.memmove``, where a loop would be
@@ -23,7 +26,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
-__all__ = ["U", "copy_elements", "element_pointer", "fill_zero", "flat"]
+__all__ = ["U", "copy_elements", "element_pointer", "fill_zero", "flat", "matrix"]
 
 #: The type of offsets into flat views: unsigned, so that indexing needs no wraparound check.
 U = np.uint64
@@ -48,6 +51,29 @@ def flat(typingctx, a):
         return impl_ret_borrowed(context, builder, target, view._getvalue())
 
     return target(a), codegen
+
+
+@intrinsic
+def matrix(typingctx, a, start, rows, cols):
+    """``a[start:start + rows * cols].reshape((rows, cols))`` for a 1-D C-contiguous ``a`` (:func:`flat`): the
+    ``[rows, cols]`` C-contiguous view of those elements, sharing ``a``'s memory and owner. No bounds check:
+    ``0 <= start``, ``0 <= rows``, ``0 <= cols`` and ``start + rows * cols <= a.size``."""
+    if not (_is_flat(a) and all(isinstance(t, types.Integer) for t in (start, rows, cols))):
+        return None
+    target = a.copy(ndim=2, layout="C")
+
+    def codegen(context, builder, signature, args):
+        array_type, start_type, rows_type, cols_type = signature.args
+        source = make_array(array_type)(context, builder, args[0])
+        view = make_array(target)(context, builder)
+        nrows = context.cast(builder, args[2], rows_type, types.intp)
+        ncols = context.cast(builder, args[3], cols_type, types.intp)
+        populate_array(view, data=_element(context, builder, array_type, args[0], start_type, args[1]),
+                       shape=[nrows, ncols], strides=[builder.mul(ncols, source.itemsize), source.itemsize],
+                       itemsize=source.itemsize, meminfo=source.meminfo, parent=source.parent)
+        return impl_ret_borrowed(context, builder, target, view._getvalue())
+
+    return target(a, start, rows, cols), codegen
 
 
 def _is_flat(a, writable=False):
