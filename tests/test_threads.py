@@ -510,3 +510,35 @@ def test_bidirectional_directions_at_once_give_the_same_bits(call, monkeypatch, 
     assert calls == [2, 2, 2, 2, 2, 2], "each layer's directions at once: inference, training forward, backward"
     for a, b in zip(results[False], results[True], strict=True):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_scipy_blas_loads_without_scipy_linalg_which_still_imports_whole_afterwards():
+    """The kernels' BLAS (``scipy.linalg.cython_blas``) is loaded without running the ``scipy.linalg`` package
+    (nblstm.cpu.blas); a later ``import scipy.linalg`` gives the package with its ``cython_blas`` attribute."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import nblstm
+        from nblstm.reference.ops import block_lstm
+        x = np.ones((2, 1, 40), np.float32)  # B = 1: the input projection on BLAS
+        c = np.zeros((1, 4), np.float32)
+        w = np.linspace(-1, 1, 44 * 16, dtype=np.float32).reshape(44, 16)
+        h = nblstm.block_lstm(x, c, c, w, np.zeros(16, np.float32)).h
+        z = np.zeros(4)
+        ref = block_lstm(x.astype(np.float64), c, c, w.astype(np.float64), np.zeros(16), z, z, z)["h"]
+        assert np.allclose(h, ref, atol=1e-5), "the BLAS products"
+        assert "scipy.linalg" not in sys.modules, "the package was imported"
+        import scipy.linalg
+        import scipy.linalg.cython_blas as blas
+        assert scipy.linalg.cython_blas is blas is sys.modules["scipy.linalg.cython_blas"]
+        a = np.array([[2.0, 1.0], [1.0, 3.0]])
+        assert np.allclose(scipy.linalg.inv(a) @ a, np.eye(2))
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(nblstm.__file__)))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
