@@ -106,7 +106,7 @@ class _PausedCollector(event.Listener):
     def on_start(self, ev):
         if self._depth:
             self._depth += 1
-        elif ev.data["dispatcher"].py_func.__module__.startswith("nblstm."):
+        elif _is_ours(ev.data):
             self._depth = 1
             self._resume = gc.isenabled()
             gc.disable()
@@ -116,6 +116,13 @@ class _PausedCollector(event.Listener):
             self._depth -= 1
             if not self._depth and self._resume:
                 gc.enable()
+
+
+def _is_ours(data):
+    """Whether a compile event's ``data`` is about a function of nblstm (any other dispatcher, or a function
+    without a module, as ``exec`` makes them, is not: a listener must never fail a compile)."""
+    module = getattr(getattr(data.get("dispatcher"), "py_func", None), "__module__", None)
+    return isinstance(module, str) and module.startswith("nblstm.")
 
 
 event.register("numba:compile", _PausedCollector())

@@ -412,7 +412,9 @@ def test_nblstm_compiles_pause_the_collector_and_leave_it_as_found(collector_on)
         assert gc.isenabled() == collector_on
         assert _probe_function("user_code", others)(2.5) == 2.5
         assert gc.isenabled() == collector_on
+        assert _probe_function(None, others)(3.5) == 3.5  # a function made by exec has no module
+        assert gc.isenabled() == collector_on
     finally:
         gc.enable() if was else gc.disable()
     assert ours == [False, False]
-    assert others == [collector_on]
+    assert others == [collector_on, collector_on]
