@@ -96,7 +96,9 @@ class _PausedCollector(event.Listener):
     found: a caller who paused it finds it paused. Numba compiles under its
     global compiler lock, so the events of one compile never interleave with
     another's. Nothing changes when a compile is loaded from numba's cache
-    (no compile event) or for functions outside nblstm.
+    (no compile event) or for functions outside nblstm. The pause is
+    process-wide: other threads' reference cycles also wait for the end of
+    the compile (seconds, once per kernel and process).
     """
 
     def __init__(self):

@@ -418,3 +418,29 @@ def test_nblstm_compiles_pause_the_collector_and_leave_it_as_found(collector_on)
         gc.enable() if was else gc.disable()
     assert ours == [False, False]
     assert others == [collector_on, collector_on]
+
+
+@pytest.mark.parametrize("outer_module", ["user_code", "nblstm.probe"])
+def test_nested_compiles_pause_the_collector_once(outer_module):
+    """A function of nblstm compiled inside a user's compile, and a user's inside nblstm's: the collector waits
+    while any nblstm compile is open and runs again after the outermost one."""
+    from numba import njit
+
+    import nblstm._jit  # noqa: F401 (registers the pause)
+
+    inner_module = "user_code" if outer_module.startswith("nblstm") else "nblstm.probe"
+    seen = []
+    inner = _probe_function(inner_module, seen)
+
+    def outer(x):
+        return inner(x) + 1.0
+
+    outer.__module__ = outer_module
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert njit(outer)(1.5) == 2.5
+        assert gc.isenabled()
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [False]  # inside an nblstm compile either way

@@ -512,33 +512,60 @@ def test_bidirectional_directions_at_once_give_the_same_bits(call, monkeypatch, 
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-def test_scipy_blas_loads_without_scipy_linalg_which_still_imports_whole_afterwards():
-    """The kernels' BLAS (``scipy.linalg.cython_blas``) is loaded without running the ``scipy.linalg`` package
-    (nblstm.cpu.blas); a later ``import scipy.linalg`` gives the package with its ``cython_blas`` attribute."""
+_SCIPY_BLAS_RUN = """
+import importlib.util
+import sys
+import numpy as np
+import nblstm
+from nblstm.reference.ops import block_lstm
+x = np.ones((2, 1, 40), np.float32)  # B = 1: the input projection on BLAS
+c = np.zeros((1, 4), np.float32)
+w = np.linspace(-1, 1, 44 * 16, dtype=np.float32).reshape(44, 16)
+h = nblstm.block_lstm(x, c, c, w, np.zeros(16, np.float32)).h
+z = np.zeros(4)
+ref = block_lstm(x.astype(np.float64), c, c, w.astype(np.float64), np.zeros(16), z, z, z)["h"]
+assert np.allclose(h, ref, atol=1e-5), "the BLAS products"
+"""
+
+
+def _run_scipy_case(code):
     import subprocess
     import sys
-    import textwrap
 
-    code = textwrap.dedent("""
-        import sys
-        import numpy as np
-        import nblstm
-        from nblstm.reference.ops import block_lstm
-        x = np.ones((2, 1, 40), np.float32)  # B = 1: the input projection on BLAS
-        c = np.zeros((1, 4), np.float32)
-        w = np.linspace(-1, 1, 44 * 16, dtype=np.float32).reshape(44, 16)
-        h = nblstm.block_lstm(x, c, c, w, np.zeros(16, np.float32)).h
-        z = np.zeros(4)
-        ref = block_lstm(x.astype(np.float64), c, c, w.astype(np.float64), np.zeros(16), z, z, z)["h"]
-        assert np.allclose(h, ref, atol=1e-5), "the BLAS products"
-        assert "scipy.linalg" not in sys.modules, "the package was imported"
-        import scipy.linalg
-        import scipy.linalg.cython_blas as blas
-        assert scipy.linalg.cython_blas is blas is sys.modules["scipy.linalg.cython_blas"]
-        a = np.array([[2.0, 1.0], [1.0, 3.0]])
-        assert np.allclose(scipy.linalg.inv(a) @ a, np.eye(2))
-        print("ok")
-    """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                           cwd=os.path.dirname(os.path.dirname(nblstm.__file__)))
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_scipy_blas_loads_without_scipy_linalg_which_still_imports_whole_afterwards():
+    """The kernels' BLAS (``scipy.linalg.cython_blas``) is loaded without running the ``scipy.linalg`` package
+    (nblstm.cpu.blas); a look-up of the package does not import it, and a later ``import scipy.linalg`` gives
+    the package with its ``cython_blas`` attribute, after which the finder that set it is gone."""
+    _run_scipy_case(_SCIPY_BLAS_RUN + """
+assert "scipy.linalg" not in sys.modules, "the package was imported"
+assert importlib.util.find_spec("scipy.linalg") is not None and "scipy.linalg" not in sys.modules
+import scipy.linalg
+import scipy.linalg.cython_blas as blas
+assert scipy.linalg.cython_blas is blas is sys.modules["scipy.linalg.cython_blas"]
+assert not [f for f in sys.meta_path if type(f).__name__ == "_SetOnParent"]
+a = np.array([[2.0, 1.0], [1.0, 3.0]])
+assert np.allclose(scipy.linalg.inv(a) @ a, np.eye(2))
+print("ok")
+""")
+
+
+def test_scipy_blas_falls_back_to_the_usual_import():
+    """Where the extension cannot be loaded alone, ``scipy.linalg.cython_blas`` is imported the usual way."""
+    run = _SCIPY_BLAS_RUN.replace("import nblstm\n", """import nblstm
+import nblstm.cpu.blas as b
+def fail():
+    raise ImportError("laid out otherwise")
+b._load_extension_alone = fail
+""")
+    _run_scipy_case(run + """
+assert "scipy.linalg" in sys.modules, "the usual import"
+import scipy.linalg
+assert scipy.linalg.cython_blas is sys.modules["scipy.linalg.cython_blas"]
+assert not [f for f in sys.meta_path if type(f).__name__ == "_SetOnParent"]
+print("ok")
+""")

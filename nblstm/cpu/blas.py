@@ -27,6 +27,7 @@ _state = {"controllers": None, "controls": None, "depth": 0, "saved": None}
 
 
 _BLAS_MODULE = "scipy.linalg.cython_blas"
+_load_lock = threading.Lock()
 
 
 class _SetOnParent(importlib.abc.MetaPathFinder):
@@ -34,23 +35,34 @@ class _SetOnParent(importlib.abc.MetaPathFinder):
 
     Python sets a submodule as an attribute of its package when it imports
     the submodule, which here came first: this finder finds ``scipy.linalg``
-    as the other finders do, and sets the attribute once the package has run.
+    as the other finders do, and sets the attribute once the package has
+    run. It leaves ``sys.meta_path`` only then, so that a mere look-up
+    (``importlib.util.find_spec``) or an import that fails does not use it up.
     """
 
     def find_spec(self, name, path=None, target=None):
         if name != "scipy.linalg":
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        at = sys.meta_path.index(self) if self in sys.meta_path else len(sys.meta_path)
+        for finder in sys.meta_path[at + 1:]:  # the finders after this one, as the import system would ask them
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        exec_module = spec.loader.exec_module
+        exec_module, finder = loader.exec_module, self
 
         def exec_and_set(module):
             exec_module(module)
             module.cython_blas = sys.modules[_BLAS_MODULE]
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
 
-        spec.loader.exec_module = exec_and_set
+        loader.exec_module = exec_and_set
         return spec
 
 
@@ -61,32 +73,39 @@ def _load_scipy_blas():
     Importing the module imports its package first, which imports most of
     SciPy's array API layer and ``numpy.f2py``: 0.15-0.2 s here, against
     0.012 s for the extension module alone (what numba needs: it finds the
-    module in ``sys.modules`` and reads its C functions). The module is
-    loaded from its file, as Python's own import would, and registered
+    module in ``sys.modules`` and reads its C functions). ``scipy`` itself
+    is imported first (it prepares the loading of its libraries on some
+    platforms), then the extension is loaded from its file and registered
     under its name; :class:`_SetOnParent` completes a later import of
-    ``scipy.linalg``. Where SciPy is laid out otherwise, it is imported the
-    usual way.
+    ``scipy.linalg``. Where anything of this fails (SciPy laid out
+    otherwise), the usual import runs.
     """
-    if _BLAS_MODULE in sys.modules:
-        return
-    if "scipy.linalg" not in sys.modules:
-        scipy = importlib.util.find_spec("scipy")
-        folders = scipy.submodule_search_locations if scipy is not None else None
-        if folders:
-            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-                path = Path(folders[0]) / "linalg" / f"cython_blas{suffix}"
-                if path.is_file():
-                    spec = importlib.util.spec_from_file_location(_BLAS_MODULE, path)
-                    module = importlib.util.module_from_spec(spec)
-                    sys.modules[_BLAS_MODULE] = module
-                    try:
-                        spec.loader.exec_module(module)
-                    except BaseException:
-                        del sys.modules[_BLAS_MODULE]
-                        raise
-                    sys.meta_path.insert(0, _SetOnParent())
-                    return
-    import scipy.linalg.cython_blas  # noqa: F401
+    with _load_lock:
+        if _BLAS_MODULE in sys.modules:
+            return
+        if "scipy.linalg" not in sys.modules:
+            try:
+                _load_extension_alone()
+                return
+            except Exception:  # noqa: BLE001 - any failure: the usual import below
+                sys.modules.pop(_BLAS_MODULE, None)
+        import scipy.linalg.cython_blas  # noqa: F401
+
+
+def _load_extension_alone():
+    import scipy
+
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = Path(scipy.__path__[0]) / "linalg" / f"cython_blas{suffix}"
+        if path.is_file():
+            break
+    else:
+        raise ImportError(f"no {_BLAS_MODULE} extension file in {scipy.__path__[0]}")
+    spec = importlib.util.spec_from_file_location(_BLAS_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_BLAS_MODULE] = module
+    spec.loader.exec_module(module)
+    sys.meta_path.insert(0, _SetOnParent())
 
 
 def _scipy_blas_controllers():
