@@ -1,6 +1,13 @@
-"""Shared test helpers: random LSTM problems and tolerances."""
+"""Shared test helpers: random LSTM problems, tolerances, and fresh interpreters."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+
+import nblstm
 
 #: (rtol, atol) for forward outputs and for gradients, per dtype (docs/specification.rst, "Tolerances").
 FORWARD_TOL = {np.float64: (1e-10, 1e-12), np.float32: (1e-6, 1e-6), np.float16: (8e-3, 8e-4)}
@@ -45,3 +52,16 @@ def assert_close(actual, expected, dtype, tol=FORWARD_TOL, name=""):
     """``assert_allclose`` with the dtype's tolerance; ``expected`` is float64."""
     rtol, atol = tol[np.dtype(dtype).type]
     np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=rtol, atol=atol, err_msg=name)
+
+
+#: The folder that holds the nblstm under test (the checkout, or site-packages where it is installed): fresh
+#: interpreters import it from there.
+ROOT = Path(nblstm.__file__).resolve().parents[1]
+
+
+def run_python(code, env=None, timeout=600):
+    """Run ``code`` in a fresh interpreter on the nblstm under test; its stdout (a failure shows the output)."""
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env or dict(os.environ), capture_output=True,
+                            text=True, timeout=timeout)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-8000:]
+    return result.stdout

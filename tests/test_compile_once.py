@@ -15,10 +15,7 @@ misses would otherwise compile on a user's first call (seconds each).
 import gc
 import json
 import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -26,9 +23,7 @@ import pytest
 
 import nblstm
 from nblstm.precompile import GROUPS
-
-#: The folder that holds the nblstm under test: the child processes import it from there.
-ROOT = Path(nblstm.__file__).resolve().parents[1]
+from tests.helpers import run_python
 
 _PRELUDE = '''
 import gc, json, sys, threading
@@ -250,17 +245,7 @@ CASES = ("ops", "raw_ops", "LSTMCell", "stepper", "float16", "strided", "fortran
 
 def _run_child(code, env=None, timeout=1800):
     """Run ``code`` in a fresh interpreter on the nblstm under test; the JSON of its last output line."""
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env or dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-8000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(run_python(code, env, timeout).strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")

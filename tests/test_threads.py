@@ -18,6 +18,7 @@ import nblstm
 from nblstm.cpu import blas as _blas
 from nblstm.cpu import fused, partition, threads
 from nblstm.cpu import sync as _sync
+from tests.helpers import run_python
 from tests.test_properties import make_arrays
 
 # (T, B, I, H): one chunk; hidden units split across threads (B * H * 4H >= 32768); the input
@@ -529,12 +530,7 @@ assert np.allclose(h, ref, atol=1e-5), "the BLAS products"
 
 
 def _run_scipy_case(code):
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(nblstm.__file__)))
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert run_python(code).strip() == "ok"
 
 
 def test_scipy_blas_loads_without_scipy_linalg_which_still_imports_whole_afterwards():

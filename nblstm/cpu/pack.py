@@ -181,7 +181,7 @@ def transpose_gates(pairs, blocks, to_columns):
     small = sum(rows.size for rows, _ in pairs) < MIN_PARALLEL_TRANSPOSE
     # The larger matrix to the calling thread (worker 0): it ends last, so that on an OpenMP team its wait for
     # the other thread measures that thread's lateness alone (nblstm.cpu.threads.LATE_SECONDS).
-    pairs.sort(key=lambda pair: pair[0].size, reverse=True)
+    pairs = sorted(pairs, key=lambda pair: pair[0].size, reverse=True)
     (rows_a, columns_a), (rows_b, columns_b) = pairs[0], pairs[-1]  # one pair: the same twice, one worker
     threads.run(_transpose_worker, (rows_a, columns_a, rows_b, columns_b, np.asarray(blocks, np.int64),
                                     np.bool_(to_columns)), len(pairs), 1 if small else None)
